@@ -1,0 +1,32 @@
+# Two commands do everything on a machine with python3 and make: `make demo`, `make test`.
+VENV := .venv
+PYTHON := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+export PYTHONUNBUFFERED := 1
+
+.PHONY: install test test-fast lint demo clean
+
+# Re-install only when pyproject.toml is newer than the last install.
+$(STAMP): pyproject.toml
+	test -x $(PYTHON) || python3 -m venv $(VENV)
+	$(PYTHON) -m pip install -q --upgrade pip
+	$(PYTHON) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PYTHON) -m ruff check pe_research tests configs experiments benchmarks
+	$(PYTHON) -m pytest -n 2 --durations=15
+
+test-fast: $(STAMP)
+	$(PYTHON) -m pytest -n 2 -m "not slow"
+
+lint: $(STAMP)
+	$(PYTHON) -m ruff check pe_research tests configs experiments benchmarks
+
+demo: $(STAMP)
+	@echo "make demo arrives with the training issue; run 'make test' meanwhile."
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,1 @@
+"""pe_research: positional encodings and length extrapolation in JAX/Flax NNX."""

@@ -1,0 +1,92 @@
+"""Multi-head attention with three positional slots: q/k transform, logit bias, mask.
+
+The positional scheme fills the slots; attention itself never branches on which scheme it is.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from pe_research.positional.base import AttentionKind, PositionalScheme
+
+log = logging.getLogger(__name__)
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    log.warning(message)
+
+
+def resolve_implementation(requested: str, dtype: Any, head_dim: int) -> str:
+    """``cudnn`` where the backend, dtype and head size allow it; otherwise ``xla`` (warned once)."""
+    if requested != "cudnn":
+        return requested
+    reasons = []
+    if jax.default_backend() != "gpu":
+        reasons.append(f"backend is {jax.default_backend()}")
+    if jnp.dtype(dtype) not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+        reasons.append(f"dtype {jnp.dtype(dtype).name} is not bfloat16/float16")
+    if head_dim % 8 or head_dim > 128:
+        reasons.append(f"head dim {head_dim} is not a multiple of 8 up to 128")
+    if reasons:
+        _warn_once(f"attention_implementation=cudnn unavailable ({'; '.join(reasons)}); using xla")
+        return "xla"
+    return "cudnn"
+
+
+class MultiHeadAttention(nnx.Module):
+    """Projections to H heads, positional hooks, ``jax.nn.dot_product_attention``, output."""
+
+    def __init__(self, d_model: int, num_heads: int, kind: AttentionKind, *, dtype: Any,
+                 implementation: str, rngs: nnx.Rngs):
+        self.kind = kind
+        self.num_heads = num_heads
+        self.head_dim = d_model // num_heads
+        self.implementation = resolve_implementation(implementation, dtype, self.head_dim)
+        dense = functools.partial(nnx.LinearGeneral, dtype=dtype, param_dtype=jnp.float32,
+                                  use_bias=False, rngs=rngs)
+        self.query = dense(d_model, (num_heads, self.head_dim))
+        self.key = dense(d_model, (num_heads, self.head_dim))
+        self.value = dense(d_model, (num_heads, self.head_dim))
+        self.output = dense((num_heads, self.head_dim), d_model, axis=(-2, -1))
+
+    def project_kv(self, x_BxSxD: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Keys and values ``[B, S, H, Dh]`` before any positional transform."""
+        return self.key(x_BxSxD), self.value(x_BxSxD)
+
+    def __call__(
+        self,
+        x_BxTxD: jax.Array,
+        context_BxSxD: jax.Array,
+        q_positions_BxT: jax.Array,
+        k_positions_BxS: jax.Array,
+        mask_BxTxS: jax.Array,
+        pe: PositionalScheme,
+    ) -> jax.Array:
+        """Attend from ``x`` to ``context``; mask is True where a query may see a key."""
+        k, v = self.project_kv(context_BxSxD)
+        return self.attend(x_BxTxD, k, v, q_positions_BxT, k_positions_BxS, mask_BxTxS, pe)
+
+    def attend(self, x_BxTxD, k_BxSxHxD, v_BxSxHxD, q_positions_BxT, k_positions_BxS,
+               mask_BxTxS, pe: PositionalScheme) -> jax.Array:
+        """Attention over already-projected keys/values (the decoding cache enters here)."""
+        q = self.query(x_BxTxD)
+        k = k_BxSxHxD
+        bias = encoded = None
+        if self.kind in pe.acts_in:
+            q, k = pe.transform_qk(q, k, q_positions_BxT, k_positions_BxS, self.kind)
+            bias = pe.logit_bias(q, k, q_positions_BxT, k_positions_BxS, self.kind)
+            encoded = pe.explicit_attention(q, k, v_BxSxHxD, bias, mask_BxTxS, q_positions_BxT,
+                                            k_positions_BxS, self.kind)
+        if encoded is None:  # the usual case: the fused kernel
+            encoded = jax.nn.dot_product_attention(
+                q, k, v_BxSxHxD, bias=bias, mask=mask_BxTxS[:, None, :, :],
+                implementation=self.implementation,
+            )
+        return self.output(encoded)

@@ -1,0 +1,80 @@
+"""The typed, frozen view of ``config.model`` that the model code reads."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import jax.numpy as jnp
+
+from pe_research.errors import ConfigError
+from pe_research.positional.registry import check_pe_config
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+ACTIVATIONS = ("gelu", "relu")
+NORM_PLACEMENTS = ("pre", "post")
+ATTENTION_IMPLEMENTATIONS = ("xla", "cudnn")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Everything needed to build the seq2seq Transformer; ``pe`` is the scheme's block."""
+
+    vocab_size: int
+    d_model: int = 64
+    num_heads: int = 4
+    num_encoder_layers: int = 2
+    num_decoder_layers: int = 2
+    d_ff: int = 256
+    dropout_rate: float = 0.0
+    activation: str = "gelu"
+    norm: str = "pre"
+    scale_embedding: bool = True
+    tie_output: bool = True
+    dtype: str = "float32"
+    attention_implementation: str = "xla"
+    pe: Mapping[str, Any] = dataclasses.field(default_factory=lambda: {"type": "none"})
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+    @property
+    def compute_dtype(self) -> Any:
+        return DTYPES[self.dtype]
+
+    @classmethod
+    def from_mapping(cls, model: Mapping[str, Any]) -> ModelConfig:
+        """Build from ``config.model`` (a ConfigDict or dict) and validate it."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(model) - fields)
+        if unknown:
+            raise ConfigError(f"model.{unknown[0]}", model[unknown[0]],
+                              f"not a model key; valid keys are {sorted(fields)}")
+        values = {k: (dict(v) if k == "pe" else v) for k, v in model.items()}
+        config = cls(**values)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        """Raise ``ConfigError`` naming the key, the bad value and what is valid."""
+        _choice("model.activation", self.activation, ACTIVATIONS)
+        _choice("model.norm", self.norm, NORM_PLACEMENTS)
+        _choice("model.dtype", self.dtype, tuple(DTYPES))
+        _choice("model.attention_implementation", self.attention_implementation,
+                ATTENTION_IMPLEMENTATIONS)
+        for key in ("vocab_size", "d_model", "num_heads", "d_ff"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"model.{key}", getattr(self, key), "a positive integer")
+        if self.d_model % self.num_heads:
+            raise ConfigError("model.d_model", self.d_model,
+                              f"must be divisible by model.num_heads={self.num_heads}")
+        if not 0.0 <= self.dropout_rate < 1.0:
+            raise ConfigError("model.dropout_rate", self.dropout_rate, "in [0, 1)")
+        check_pe_config(self.pe, d_model=self.d_model, num_heads=self.num_heads)
+
+
+def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(key, value, f"choose one of {choices}")

@@ -1,0 +1,140 @@
+"""Encoder and decoder layers: attention + feed-forward, residuals, pre- or post-LayerNorm."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from pe_research.model.attention import MultiHeadAttention
+from pe_research.model.config import ModelConfig
+from pe_research.positional.base import CROSS, DECODER_SELF, ENCODER_SELF, PositionalScheme
+from pe_research.positional.registry import build_scheme
+
+ACTIVATION_FUNCTIONS = {"gelu": jax.nn.gelu, "relu": jax.nn.relu}
+
+
+def dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:
+    """Inverted dropout; the identity when ``key`` is None (evaluation) or ``rate`` is 0."""
+    if key is None or rate == 0.0:
+        return x
+    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+    return jnp.where(keep, x / (1.0 - rate), 0).astype(x.dtype)
+
+
+def split_key(key: jax.Array | None, count: int) -> list[jax.Array | None]:
+    """``count`` independent keys, or ``count`` Nones when there is no dropout."""
+    return [None] * count if key is None else list(jax.random.split(key, count))
+
+
+class FeedForward(nnx.Module):
+    """Dense(d_ff) -> activation -> dropout -> Dense(d_model)."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        dense = functools.partial(nnx.Linear, dtype=config.compute_dtype,
+                                  param_dtype=jnp.float32, rngs=rngs)
+        self.hidden = dense(config.d_model, config.d_ff)
+        self.out = dense(config.d_ff, config.d_model)
+        self.activation = ACTIVATION_FUNCTIONS[config.activation]
+        self.rate = config.dropout_rate
+
+    def __call__(self, x_BxTxD: jax.Array, key: jax.Array | None) -> jax.Array:
+        return self.out(dropout(self.activation(self.hidden(x_BxTxD)), self.rate, key))
+
+
+class Sublayer(nnx.Module):
+    """Residual wrapper: pre-LN ``x + f(LN(x))`` or post-LN ``LN(x + f(x))``, with dropout."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        self.norm = nnx.LayerNorm(config.d_model, dtype=config.compute_dtype,
+                                  param_dtype=jnp.float32, rngs=rngs)
+        self.pre_norm = config.norm == "pre"
+        self.rate = config.dropout_rate
+
+    def __call__(self, x: jax.Array, function, key: jax.Array | None) -> jax.Array:
+        if self.pre_norm:
+            return x + dropout(function(self.norm(x)), self.rate, key)
+        return self.norm(x + dropout(function(x), self.rate, key))
+
+
+def layer_scheme(config: ModelConfig, shared: PositionalScheme, rngs: nnx.Rngs):
+    """A per-layer scheme instance when the scheme asks for one, else None (use the shared one)."""
+    if type(shared).shared_across_layers:
+        return None
+    return build_scheme(config.pe, d_model=config.d_model, num_heads=config.num_heads, rngs=rngs)
+
+
+class EncoderLayer(nnx.Module):
+    """Bidirectional self-attention then feed-forward."""
+
+    def __init__(self, config: ModelConfig, shared_pe: PositionalScheme, *, rngs: nnx.Rngs):
+        attention: Any = functools.partial(
+            MultiHeadAttention, config.d_model, config.num_heads, dtype=config.compute_dtype,
+            implementation=config.attention_implementation, rngs=rngs)
+        self.self_attention = attention(ENCODER_SELF)
+        self.feed_forward = FeedForward(config, rngs=rngs)
+        self.attention_block = Sublayer(config, rngs=rngs)
+        self.feed_forward_block = Sublayer(config, rngs=rngs)
+        self.own_pe = layer_scheme(config, shared_pe, rngs)
+
+    def __call__(self, x_BxSxD, positions_BxS, mask_BxSxS, pe, key):
+        pe = self.own_pe or pe
+        keys = split_key(key, 3)
+        x = self.attention_block(
+            x_BxSxD,
+            lambda h: self.self_attention(h, h, positions_BxS, positions_BxS, mask_BxSxS, pe),
+            keys[0])
+        return self.feed_forward_block(x, lambda h: self.feed_forward(h, keys[1]), keys[2])
+
+
+class DecoderLayer(nnx.Module):
+    """Causal self-attention, cross-attention to the encoder, feed-forward."""
+
+    def __init__(self, config: ModelConfig, shared_pe: PositionalScheme, *, rngs: nnx.Rngs):
+        attention: Any = functools.partial(
+            MultiHeadAttention, config.d_model, config.num_heads, dtype=config.compute_dtype,
+            implementation=config.attention_implementation, rngs=rngs)
+        self.self_attention = attention(DECODER_SELF)
+        self.cross_attention = attention(CROSS)
+        self.feed_forward = FeedForward(config, rngs=rngs)
+        self.self_block = Sublayer(config, rngs=rngs)
+        self.cross_block = Sublayer(config, rngs=rngs)
+        self.feed_forward_block = Sublayer(config, rngs=rngs)
+        self.own_pe = layer_scheme(config, shared_pe, rngs)
+
+    def __call__(self, y_BxTxD, encoded_BxSxD, positions_BxT, source_positions_BxS,
+                 self_mask_BxTxT, cross_mask_BxTxS, pe, key, cache=None):
+        """One layer; with ``cache`` (dict of k/v/positions), the self-attention keys come from it."""
+        pe = self.own_pe or pe
+        keys = split_key(key, 4)
+
+        def self_attend(h):
+            if cache is None:
+                return self.self_attention(h, h, positions_BxT, positions_BxT, self_mask_BxTxT, pe)
+            k, v = self.self_attention.project_kv(h)
+            cache.update(write_cache(cache, k, v, positions_BxT))
+            return self.self_attention.attend(h, cache["k"], cache["v"], positions_BxT,
+                                              cache["positions"], self_mask_BxTxT, pe)
+
+        y = self.self_block(y_BxTxD, self_attend, keys[0])
+        y = self.cross_block(
+            y,
+            lambda h: self.cross_attention(h, encoded_BxSxD, positions_BxT, source_positions_BxS,
+                                           cross_mask_BxTxS, pe),
+            keys[1])
+        return self.feed_forward_block(y, lambda h: self.feed_forward(h, keys[2]), keys[3])
+
+
+def write_cache(cache: dict, k_BxTxHxD, v_BxTxHxD, positions_BxT) -> dict:
+    """Write new keys/values/positions at ``cache['index']`` (the same slot for every example)."""
+    index = cache["index"]
+    update = functools.partial(jax.lax.dynamic_update_slice_in_dim, start_index=index, axis=1)
+    return {
+        "k": update(cache["k"], k_BxTxHxD.astype(cache["k"].dtype)),
+        "v": update(cache["v"], v_BxTxHxD.astype(cache["v"].dtype)),
+        "positions": update(cache["positions"], positions_BxT.astype(jnp.int32)),
+        "index": index + k_BxTxHxD.shape[1],
+    }

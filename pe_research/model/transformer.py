@@ -1,0 +1,128 @@
+"""The encoder-decoder Transformer; positions are explicit inputs, the scheme fills the hooks."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from pe_research.model.config import ModelConfig
+from pe_research.model.layers import DecoderLayer, EncoderLayer, dropout, split_key
+from pe_research.positional.registry import build_scheme
+
+
+class Seq2SeqTransformer(nnx.Module):
+    """Token embedding (+ positional input), encoder stack, decoder stack, output projection."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        self.config = config
+        dtype = config.compute_dtype
+        self.pe = build_scheme(config.pe, d_model=config.d_model, num_heads=config.num_heads,
+                               rngs=rngs)
+        self.embed = nnx.Embed(config.vocab_size, config.d_model, dtype=dtype,
+                               param_dtype=jnp.float32, rngs=rngs)
+        concat = type(self.pe).adds_input_vectors and config.pe.get("combine", "add") == "concat"
+        self.input_projection = (
+            nnx.Linear(2 * config.d_model, config.d_model, dtype=dtype, param_dtype=jnp.float32,
+                       rngs=rngs) if concat else None)
+        self.encoder_layers = nnx.List(
+            [EncoderLayer(config, self.pe, rngs=rngs) for _ in range(config.num_encoder_layers)])
+        self.decoder_layers = nnx.List(
+            [DecoderLayer(config, self.pe, rngs=rngs) for _ in range(config.num_decoder_layers)])
+        pre_norm = config.norm == "pre"
+        norm = lambda: nnx.LayerNorm(config.d_model, dtype=dtype, param_dtype=jnp.float32,
+                                     rngs=rngs)
+        self.encoder_norm = norm() if pre_norm else None
+        self.decoder_norm = norm() if pre_norm else None
+        self.output_projection = None if config.tie_output else nnx.Linear(
+            config.d_model, config.vocab_size, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+
+    def embed_inputs(self, tokens_BxT: jax.Array, positions_BxT: jax.Array,
+                     key: jax.Array | None) -> jax.Array:
+        """Token embeddings combined (add or concat + projection) with the scheme's vectors."""
+        x = self.embed(tokens_BxT)
+        if self.config.scale_embedding:
+            x = x * jnp.sqrt(float(self.config.d_model)).astype(x.dtype)
+        vectors = self.pe.input_vectors(positions_BxT)
+        if vectors is not None:
+            vectors = vectors.astype(x.dtype)
+            if self.input_projection is None:
+                x = x + vectors
+            else:
+                x = self.input_projection(jnp.concatenate([x, vectors], axis=-1))
+        return dropout(x, self.config.dropout_rate, key)
+
+    def encode(self, source_BxS: jax.Array, source_positions_BxS: jax.Array,
+               source_mask_BxS: jax.Array, key: jax.Array | None = None) -> jax.Array:
+        """Encoder output ``[B, S, D]``; padded keys are masked out."""
+        keys = split_key(key, 1 + len(self.encoder_layers))
+        x = self.embed_inputs(source_BxS, source_positions_BxS, keys[0])
+        mask_BxSxS = jnp.broadcast_to(source_mask_BxS[:, None, :],
+                                      (*source_mask_BxS.shape, source_mask_BxS.shape[-1]))
+        for layer, layer_key in zip(self.encoder_layers, keys[1:], strict=True):
+            x = layer(x, source_positions_BxS, mask_BxSxS, self.pe, layer_key)
+        return x if self.encoder_norm is None else self.encoder_norm(x)
+
+    def decode(self, target_input_BxT: jax.Array, target_positions_BxT: jax.Array,
+               encoded_BxSxD: jax.Array, source_positions_BxS: jax.Array,
+               source_mask_BxS: jax.Array, target_mask_BxT: jax.Array,
+               key: jax.Array | None = None) -> jax.Array:
+        """Teacher-forced logits ``[B, T, V]`` (float32) under a causal mask."""
+        length = target_input_BxT.shape[1]
+        causal_TxT = jnp.tril(jnp.ones((length, length), bool))
+        self_mask = causal_TxT[None] & target_mask_BxT[:, None, :]
+        cross_mask = jnp.broadcast_to(source_mask_BxS[:, None, :],
+                                      (target_mask_BxT.shape[0], length, source_mask_BxS.shape[1]))
+        keys = split_key(key, 1 + len(self.decoder_layers))
+        y = self.embed_inputs(target_input_BxT, target_positions_BxT, keys[0])
+        for layer, layer_key in zip(self.decoder_layers, keys[1:], strict=True):
+            y = layer(y, encoded_BxSxD, target_positions_BxT, source_positions_BxS, self_mask,
+                      cross_mask, self.pe, layer_key)
+        return self.logits(y)
+
+    def logits(self, y_BxTxD: jax.Array) -> jax.Array:
+        """Final norm and (tied or separate) output projection, in float32."""
+        if self.decoder_norm is not None:
+            y_BxTxD = self.decoder_norm(y_BxTxD)
+        if self.output_projection is None:
+            return self.embed.attend(y_BxTxD).astype(jnp.float32)
+        return self.output_projection(y_BxTxD).astype(jnp.float32)
+
+    def __call__(self, source_BxS: jax.Array, target_input_BxT: jax.Array,
+                 source_positions_BxS: jax.Array, target_positions_BxT: jax.Array,
+                 source_mask_BxS: jax.Array, target_mask_BxT: jax.Array,
+                 dropout_key: jax.Array | None = None) -> jax.Array:
+        """Teacher-forced logits ``[B, T, V]``; dropout only when ``dropout_key`` is given."""
+        keys = split_key(dropout_key, 2)
+        encoded = self.encode(source_BxS, source_positions_BxS, source_mask_BxS, keys[0])
+        return self.decode(target_input_BxT, target_positions_BxT, encoded, source_positions_BxS,
+                           source_mask_BxS, target_mask_BxT, keys[1])
+
+    def init_cache(self, batch_size: int, max_length: int) -> list[dict[str, jax.Array]]:
+        """An empty key/value cache per decoder layer for ``max_length`` target tokens."""
+        shape = (batch_size, max_length, self.config.num_heads, self.config.head_dim)
+        return [
+            {"k": jnp.zeros(shape, self.config.compute_dtype),
+             "v": jnp.zeros(shape, self.config.compute_dtype),
+             "positions": jnp.zeros((batch_size, max_length), jnp.int32),
+             "index": jnp.zeros((), jnp.int32)}
+            for _ in self.decoder_layers
+        ]
+
+    def decode_step(self, tokens_Bx1: jax.Array, positions_Bx1: jax.Array,
+                    encoded_BxSxD: jax.Array, source_positions_BxS: jax.Array,
+                    source_mask_BxS: jax.Array, cache: list[dict[str, jax.Array]],
+                    ) -> tuple[jax.Array, list[dict[str, jax.Array]]]:
+        """Logits ``[B, V]`` for one new token per sequence, and the updated cache."""
+        batch, max_length = cache[0]["positions"].shape
+        visible = jnp.arange(max_length) <= cache[0]["index"]
+        self_mask = jnp.broadcast_to(visible[None, None, :], (batch, 1, max_length))
+        cross_mask = source_mask_BxS[:, None, :]
+        y = self.embed_inputs(tokens_Bx1, positions_Bx1, None)
+        new_cache = []
+        for layer, layer_cache in zip(self.decoder_layers, cache, strict=True):
+            layer_cache = dict(layer_cache)  # updated in place by the layer
+            y = layer(y, encoded_BxSxD, positions_Bx1, source_positions_BxS, self_mask,
+                      cross_mask, self.pe, None, cache=layer_cache)
+            new_cache.append(layer_cache)
+        return self.logits(y)[:, 0], new_cache

@@ -1,0 +1,55 @@
+"""ALiBi (Press et al. 2022): a per-head linear penalty on distance, no position vectors.
+
+bias[h, i, j] = -slope_h * |pos_i - pos_j|. In the causal decoder only j <= i is visible, so this
+is the paper's -slope * (i - j); in the bidirectional encoder the absolute distance keeps it
+symmetric. Acts in: encoder self and decoder self attention.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from pe_research.positional.base import SELF_ATTENTION, PositionalScheme
+
+
+def _power_of_two_slopes(num_heads: int) -> list[float]:
+    start = 2.0 ** (-8.0 / num_heads)
+    return [start ** (head + 1) for head in range(num_heads)]
+
+
+def alibi_slopes(num_heads: int) -> np.ndarray:
+    """The paper's slopes ``[H]``: geometric from 2^(-8/H); other counts interleave 2x heads."""
+    if num_heads < 1:
+        raise ValueError(f"num_heads must be >= 1, got {num_heads}")
+    closest = 2 ** math.floor(math.log2(num_heads))
+    slopes = _power_of_two_slopes(closest)
+    if closest < num_heads:
+        slopes += _power_of_two_slopes(2 * closest)[0::2][: num_heads - closest]
+    return np.asarray(slopes, dtype=np.float32)
+
+
+def alibi_bias(slopes: jax.Array, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
+    """``-slope * |q - k|``: slopes ``[H]``, positions ``[B, T]``/``[B, S]`` -> ``[B, H, T, S]``."""
+    distance = jnp.abs(q_positions[:, :, None] - k_positions[:, None, :]).astype(jnp.float32)
+    return -jnp.asarray(slopes)[None, :, None, None] * distance[:, None, :, :]
+
+
+class ALiBi(PositionalScheme):
+    """Fixed slopes from ``alibi_slopes(num_heads)``; no parameters."""
+
+    name = "alibi"
+    acts_in = SELF_ATTENTION
+
+    def __init__(self, pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs):
+        super().__init__(pe, d_model=d_model, num_heads=num_heads, rngs=rngs)
+        self.slopes = tuple(float(s) for s in alibi_slopes(num_heads))
+
+    def logit_bias(self, q_BxTxHxD, k_BxSxHxD, q_positions_BxT, k_positions_BxS, kind):
+        return alibi_bias(jnp.asarray(self.slopes), q_positions_BxT, k_positions_BxS)

@@ -1,0 +1,116 @@
+"""The contract every positional scheme fulfils: hook points and a config block.
+
+A scheme is an NNX module. The model calls its hooks and knows nothing else about it:
+
+1. ``input_vectors(positions)`` -> ``[B, T, D]`` or ``None``: combined with token embeddings.
+2. ``transform_qk(q, k, q_positions, k_positions, kind)`` -> ``(q, k)``: inside attention.
+3. ``logit_bias(q, k, q_positions, k_positions, kind)`` -> ``[B, H, Tq, Tk]`` or ``None``.
+4. ``explicit_attention(q, k, v, bias, mask, q_positions, k_positions, kind)`` -> ``[B, Tq, H, D]``
+   or ``None`` (default): only for schemes that need the mask or the attention weights; None
+   keeps the fused ``jax.nn.dot_product_attention``.
+
+Schemes declare the attention kinds they act in (``acts_in``); the model never calls hooks 2
+to 4 for a kind outside it, so every scheme can assume the kind it receives is one it handles.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import jax
+from flax import nnx
+
+from pe_research.errors import ConfigError
+
+
+class AttentionKind(enum.Enum):
+    """Where an attention layer sits; schemes behave differently in each."""
+
+    ENCODER_SELF = "encoder_self"  # bidirectional
+    DECODER_SELF = "decoder_self"  # causal
+    CROSS = "cross"  # decoder queries, encoder keys
+
+    @property
+    def bidirectional(self) -> bool:
+        return self is not AttentionKind.DECODER_SELF
+
+
+ENCODER_SELF, DECODER_SELF, CROSS = AttentionKind
+SELF_ATTENTION = frozenset({ENCODER_SELF, DECODER_SELF})
+
+
+class PositionalScheme(nnx.Module):
+    """Base class: every hook defaults to 'do nothing'; subclasses override what they use."""
+
+    name: ClassVar[str] = ""
+    acts_in: ClassVar[frozenset[AttentionKind]] = frozenset()
+    # True for schemes whose input_vectors returns vectors (the model then builds the combiner).
+    adds_input_vectors: ClassVar[bool] = False
+    # A scheme with per-layer parameters sets this False: each attention layer builds its own.
+    shared_across_layers: ClassVar[bool] = True
+
+    def __init__(self, pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs):
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.head_dim = d_model // num_heads
+
+    @classmethod
+    def default_config(cls) -> dict[str, Any]:
+        """The scheme's own keys of ``model.pe`` with their defaults (``type``/``combine`` excluded)."""
+        return {}
+
+    @classmethod
+    def check_config(cls, pe: Mapping[str, Any], *, d_model: int, num_heads: int) -> None:
+        """Raise ``ConfigError`` for values this scheme cannot work with."""
+
+    @classmethod
+    def check_positions(cls, pe: Mapping[str, Any], max_position: int) -> None:
+        """Raise ``ConfigError`` if positions up to ``max_position`` (exclusive) are unsupported."""
+
+    def input_vectors(self, positions_BxT: jax.Array) -> jax.Array | None:
+        """Per-position vectors ``[B, T, D]`` combined with the token embeddings, or None."""
+        return None
+
+    def transform_qk(
+        self,
+        q_BxTxHxD: jax.Array,
+        k_BxSxHxD: jax.Array,
+        q_positions_BxT: jax.Array,
+        k_positions_BxS: jax.Array,
+        kind: AttentionKind,
+    ) -> tuple[jax.Array, jax.Array]:
+        """Position-dependent transform of queries and keys (identity by default)."""
+        return q_BxTxHxD, k_BxSxHxD
+
+    def logit_bias(
+        self,
+        q_BxTxHxD: jax.Array,
+        k_BxSxHxD: jax.Array,
+        q_positions_BxT: jax.Array,
+        k_positions_BxS: jax.Array,
+        kind: AttentionKind,
+    ) -> jax.Array | None:
+        """Additive attention-logit bias ``[B, H, T, S]`` (float32), or None."""
+        return None
+
+    def explicit_attention(
+        self,
+        q_BxTxHxD: jax.Array,
+        k_BxSxHxD: jax.Array,
+        v_BxSxHxD: jax.Array,
+        bias_BxHxTxS: jax.Array | None,
+        mask_BxTxS: jax.Array,
+        q_positions_BxT: jax.Array,
+        k_positions_BxS: jax.Array,
+        kind: AttentionKind,
+    ) -> jax.Array | None:
+        """The attention output ``[B, T, H, D]`` computed by the scheme, or None (fused path)."""
+        return None
+
+
+def require(condition: bool, key: str, value: object, valid: str) -> None:
+    """Raise ``ConfigError(key, value, valid)`` unless ``condition`` holds."""
+    if not condition:
+        raise ConfigError(key, value, valid)

@@ -1,0 +1,62 @@
+"""Scheme name -> class. Adding a scheme: write its file, add one line here."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from flax import nnx
+
+from pe_research.errors import ConfigError
+from pe_research.positional.alibi import ALiBi
+from pe_research.positional.base import PositionalScheme
+from pe_research.positional.learned import Learned
+from pe_research.positional.nope import NoPE
+from pe_research.positional.rope import RoPE
+from pe_research.positional.sinusoidal import Sinusoidal
+from pe_research.positional.t5 import T5Bias
+
+SCHEMES: dict[str, type[PositionalScheme]] = {
+    "none": NoPE,
+    "sinusoidal": Sinusoidal,
+    "learned": Learned,
+    "rope": RoPE,
+    "alibi": ALiBi,
+    "t5": T5Bias,
+}
+
+# Keys of model.pe that belong to the model, not to any one scheme.
+COMMON_DEFAULTS: dict[str, Any] = {"type": "rope", "combine": "add"}
+COMBINE_CHOICES = ("add", "concat")
+
+
+def scheme_class(name: str) -> type[PositionalScheme]:
+    """The class registered under ``name``; a ConfigError lists the valid names otherwise."""
+    if name not in SCHEMES:
+        raise ConfigError("model.pe.type", name, f"choose one of {sorted(SCHEMES)}")
+    return SCHEMES[name]
+
+
+def default_pe_config(name: str) -> dict[str, Any]:
+    """A complete ``model.pe`` block for scheme ``name`` with every default filled in."""
+    return {**COMMON_DEFAULTS, "type": name, **scheme_class(name).default_config()}
+
+
+def check_pe_config(pe: Mapping[str, Any], *, d_model: int, num_heads: int) -> None:
+    """Validate a ``model.pe`` block: known scheme, known keys, values the scheme accepts."""
+    cls = scheme_class(pe["type"])
+    allowed = set(COMMON_DEFAULTS) | set(cls.default_config())
+    for key in pe:
+        if key not in allowed:
+            raise ConfigError(f"model.pe.{key}", pe[key],
+                              f"not a key of scheme {pe['type']!r}; its keys are {sorted(allowed)}")
+    if pe.get("combine", "add") not in COMBINE_CHOICES:
+        raise ConfigError("model.pe.combine", pe["combine"], f"choose one of {COMBINE_CHOICES}")
+    cls.check_config(pe, d_model=d_model, num_heads=num_heads)
+
+
+def build_scheme(
+    pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs
+) -> PositionalScheme:
+    """Instantiate the scheme named by ``pe['type']`` from its config block."""
+    return scheme_class(pe["type"])(pe, d_model=d_model, num_heads=num_heads, rngs=rngs)

@@ -1,0 +1,48 @@
+"""Tiny model builders and inputs shared by the model tests."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from pe_research.model import ModelConfig, Seq2SeqTransformer
+from pe_research.positional import default_pe_config
+
+CORE_SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi", "t5")
+RELATIVE_SCHEMES = ("rope", "alibi", "t5")
+VOCAB = 13
+
+
+def tiny_config(scheme: str = "rope", **overrides) -> ModelConfig:
+    """A 1+1 layer, d_model 16, 2-head model config for ``scheme``."""
+    pe = {**default_pe_config(scheme), **overrides.pop("pe", {})}
+    fields = dict(vocab_size=VOCAB, d_model=16, num_heads=2, num_encoder_layers=1,
+                  num_decoder_layers=1, d_ff=32, pe=pe)
+    return ModelConfig.from_mapping({**fields, **overrides})
+
+
+def tiny_model(scheme: str = "rope", seed: int = 0, **overrides) -> Seq2SeqTransformer:
+    return Seq2SeqTransformer(tiny_config(scheme, **overrides), rngs=nnx.Rngs(seed))
+
+
+def arange_positions(batch: int, length: int, offset: int = 0) -> jax.Array:
+    """``[B, T]`` positions ``offset .. offset + T - 1``."""
+    return jnp.broadcast_to(jnp.arange(length) + offset, (batch, length))
+
+
+def random_inputs(seed: int = 0, batch: int = 2, source_len: int = 6, target_len: int = 5):
+    """Random non-special tokens (ids 3..VOCAB-1) for source and target input, all real."""
+    rng = np.random.default_rng(seed)
+    source = jnp.asarray(rng.integers(3, VOCAB, (batch, source_len)), jnp.int32)
+    target = jnp.asarray(rng.integers(3, VOCAB, (batch, target_len)), jnp.int32)
+    return source, target
+
+
+def forward(model, source, target, source_offset=0, target_offset=0, key=None):
+    """Teacher-forced logits with arange positions (optionally shifted) and no padding."""
+    (batch, s_len), t_len = source.shape, target.shape[1]
+    return model(source, target, arange_positions(batch, s_len, source_offset),
+                 arange_positions(batch, t_len, target_offset), jnp.ones(source.shape, bool),
+                 jnp.ones(target.shape, bool), dropout_key=key)
