@@ -1,0 +1,75 @@
+"""Examples per second of every generated task through ``train_batch`` (one CPU process).
+
+    .venv/bin/python benchmarks/data_throughput.py [--batch-size 256] [--lengths 40 500]
+        [--seconds 1.0] [--scan-dir data/scan]
+
+Each cell times whole padded batches (generation, bucket padding, BOS/EOS, masks) of one
+task length for about ``--seconds`` after one warm-up batch, and prints a markdown table.
+An accelerator step on a small model takes milliseconds, so a task far below 10k examples/s
+at length 40 would leave it waiting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+
+import numpy as np
+
+from pe_research.data import train_batch
+from pe_research.tasks import GENERATED_TASKS, TASKS, default_task_config, get_task
+
+BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048)
+TARGET_RATE = 10_000
+
+
+def examples_per_second(task, data_cfg: dict, seconds: float) -> float:
+    """Batches of ``data_cfg`` generated back to back for about ``seconds``."""
+    train_batch(task, data_cfg, seed=0, step=0)
+    batches, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        train_batch(task, data_cfg, seed=0, step=batches + 1)
+        batches += 1
+    return batches * data_cfg["batch_size"] / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[40, 500])
+    parser.add_argument("--seconds", type=float, default=1.0, help="time per cell")
+    parser.add_argument("--scan-dir", default="", help="also time SCAN (mixed lengths)")
+    args = parser.parse_args()
+
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+          f"numpy {np.__version__}; batch {args.batch_size}; examples/s")
+    print()
+    print("| task | family | " + " | ".join(f"n={n}" for n in args.lengths) + " |")
+    print("|---|---|" + "---:|" * len(args.lengths))
+    slow = []
+    for name in GENERATED_TASKS:
+        task = get_task(default_task_config(name))
+        cells = []
+        for n in args.lengths:
+            cfg = {"batch_size": args.batch_size, "train_lengths": (n, n),
+                   "length_sampling": "per_batch", "buckets": BUCKETS}
+            rate = examples_per_second(task, cfg, args.seconds)
+            cells.append(f"{rate:,.0f}")
+            if n <= 40 and rate < TARGET_RATE:
+                slow.append(name)
+        print(f"| {name} | {TASKS[name].family} | " + " | ".join(cells) + " |")
+    if args.scan_dir:
+        task = get_task({"name": "scan"}, {"scan_dir": args.scan_dir})
+        cfg = {"batch_size": args.batch_size, "train_lengths": (1, 48),
+               "length_sampling": "mixed", "buckets": BUCKETS}
+        rate = examples_per_second(task, cfg, args.seconds)
+        print(f"| scan (length split, mixed) | text | {rate:,.0f} |"
+              + " |" * (len(args.lengths) - 1))
+    print()
+    print(f"tasks under {TARGET_RATE:,} examples/s at n <= 40: {slow or 'none'}")
+
+
+if __name__ == "__main__":
+    main()

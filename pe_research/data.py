@@ -1,0 +1,221 @@
+"""Batches for training and evaluation: length sampling, bucket padding, frozen eval sets, mesh.
+
+A Batch is a dict of arrays (B examples, S source and T target positions, both padded up
+to a length bucket so the number of compiled shapes is at most the number of buckets):
+
+    source        int32 [B, S]  task tokens, padded with PAD_ID (0)
+    source_mask   bool  [B, S]  True on real source tokens
+    target_input  int32 [B, T]  BOS_ID (1) + target tokens (teacher forcing input)
+    target_output int32 [B, T]  target tokens + EOS_ID (2)
+    target_mask   bool  [B, T]  True on real target_output tokens, EOS included
+    lengths       int32 [B]     task length n of each example (0 on batch-padding rows)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import datasets
+import jax
+import numpy as np
+import pyarrow as pa
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from pe_research.errors import ConfigError
+from pe_research.tasks.base import LENGTH_SAMPLING, Examples, Task, check_length_range, pad_columns
+from pe_research.tasks.dataset_task import Ragged, quiet_datasets
+from pe_research.tasks.vocabulary import BOS_ID, EOS_ID
+
+Batch = dict[str, np.ndarray]
+BATCH_KEYS = ("source", "source_mask", "target_input", "target_output", "target_mask", "lengths")
+# Random streams: the plan of a global batch is shared by all processes, examples are not.
+PLAN_STREAM, EXAMPLE_STREAM = 0x91A7, 0xE8A3
+EVAL_FORMAT_VERSION = 1
+
+
+def bucket_length(n: int, buckets: Sequence[int]) -> int:
+    """Smallest bucket >= ``n``; ConfigError naming ``data.buckets`` if none is that long."""
+    for bucket in sorted(int(b) for b in buckets):
+        if bucket >= n:
+            return bucket
+    raise ConfigError("data.buckets", tuple(buckets),
+                      f"no bucket holds {n} tokens; add one >= {n} (e.g. {_next_power_of_two(n)})")
+
+
+def make_batch(examples: Examples, source_width: int, target_width: int) -> Batch:
+    """Examples -> Batch padded to ``[B, source_width]`` and ``[B, target_width]``."""
+    count = len(examples)
+    target_lengths = examples.target_lengths
+    if target_width < int(target_lengths.max(initial=0)) + 1:
+        raise ValueError(f"target width {target_width} leaves no room for EOS")
+    target = pad_columns(examples.target, target_width)
+    target_output = target.copy()
+    target_output[np.arange(count), target_lengths] = EOS_ID
+    target_input = np.concatenate([np.full((count, 1), BOS_ID, np.int32), target[:, :-1]], 1)
+    return {
+        "source": pad_columns(examples.source, source_width).astype(np.int32),
+        "source_mask": np.arange(source_width) < examples.source_lengths[:, None],
+        "target_input": target_input.astype(np.int32),
+        "target_output": target_output.astype(np.int32),
+        "target_mask": np.arange(target_width) < target_lengths[:, None] + 1,
+        "lengths": examples.lengths.astype(np.int32),
+    }
+
+
+def check_data_config(task: Task, data_cfg: Mapping[str, Any],
+                      eval_lengths: Sequence[int] = ()) -> None:
+    """Every ``config.data`` check that needs the task; run it before anything compiles."""
+    batch_size = data_cfg["batch_size"]
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError("data.batch_size", batch_size, "a positive integer")
+    sampling = data_cfg.get("length_sampling", "per_batch")
+    if sampling not in LENGTH_SAMPLING:
+        raise ConfigError("data.length_sampling", sampling, f"choose one of {LENGTH_SAMPLING}")
+    buckets = tuple(data_cfg["buckets"])
+    if not buckets or any(int(b) < 1 for b in buckets) or list(buckets) != sorted(set(buckets)):
+        raise ConfigError("data.buckets", buckets, "increasing positive lengths, e.g. (16, 32, 64)")
+    low, high = check_length_range(data_cfg["train_lengths"])
+    task.check_lengths((low, high), "data.train_lengths")
+    if eval_lengths:
+        task.check_lengths(eval_lengths, "eval lengths")
+    longest = max([high, *eval_lengths])
+    source, target = task.widest(range(low, longest + 1))
+    bucket_length(source, buckets)
+    bucket_length(target + 1, buckets)
+
+
+def train_batch(task: Task, data_cfg: Mapping[str, Any], seed: int, step: int,
+                process_index: int = 0, process_count: int = 1) -> Batch:
+    """This process's slice of global training batch ``step``, fixed by the arguments.
+
+    Lengths (or dataset rows) of the whole global batch come from a stream of
+    ``(seed, step)`` that every process shares, so all processes agree on the padded
+    shape; the tokens come from a stream of ``(seed, step, process_index)``.
+    """
+    global_size = int(data_cfg["batch_size"])
+    if global_size % process_count:
+        raise ConfigError("data.batch_size", global_size,
+                          f"must be divisible by the process count {process_count}")
+    plan_rng = np.random.default_rng([seed, PLAN_STREAM, step])
+    keys = task.draw_train_keys(plan_rng, global_size, data_cfg["train_lengths"],
+                                data_cfg.get("length_sampling", "per_batch"))
+    source_len, target_len = task.max_lengths(keys)
+    buckets = data_cfg["buckets"]
+    local_size = global_size // process_count
+    local_keys = keys[process_index * local_size:(process_index + 1) * local_size]
+    rng = np.random.default_rng([seed, EXAMPLE_STREAM, step, process_index])
+    return make_batch(task.make_examples(local_keys, rng), bucket_length(source_len, buckets),
+                      bucket_length(target_len + 1, buckets))
+
+
+def eval_fingerprint(task: Task, lengths: Sequence[int] | None, samples_per_length: int,
+                     seed: int) -> str:
+    """Hash of everything that decides an eval set's examples."""
+    payload = {"task": task.fingerprint(), "lengths": None if lengths is None else
+               [int(n) for n in lengths], "samples_per_length": int(samples_per_length),
+               "seed": int(seed), "format": EVAL_FORMAT_VERSION}
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def eval_set_path(task: Task, lengths: Sequence[int] | None, samples_per_length: int,
+                  seed: int, cache_dir: str | Path) -> Path:
+    """Where ``eval_dataset`` keeps the frozen set of these arguments."""
+    fingerprint = eval_fingerprint(task, lengths, samples_per_length, seed)
+    return Path(cache_dir).expanduser() / f"eval_{task.name}_{fingerprint}.parquet"
+
+
+def eval_dataset(task: Task, lengths: Sequence[int] | None, samples_per_length: int,
+                 seed: int, cache_dir: str | Path) -> datasets.Dataset:
+    """The fixed eval set (columns length, source, target), frozen to parquet on first use.
+
+    The file name carries a fingerprint of (task config, lengths, samples, seed), so every
+    scheme evaluated with the same arguments reads the identical examples. ``lengths=None``
+    takes every length of a dataset task's eval split.
+    """
+    path = eval_set_path(task, lengths, samples_per_length, seed, cache_dir)
+    if not path.exists():
+        examples = task.eval_examples(lengths, samples_per_length, seed)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.partial")  # processes may race here
+        with quiet_datasets():
+            datasets.Dataset(_examples_table(examples)).to_parquet(str(partial))
+        partial.replace(path)
+        info = {"task": task.fingerprint(), "lengths": lengths,
+                "samples_per_length": samples_per_length, "seed": seed}
+        path.with_suffix(".json").write_text(json.dumps(info, indent=1, default=str))
+    with quiet_datasets():
+        return datasets.Dataset.from_parquet(str(path), cache_dir=str(path.parent / ".datasets"))
+
+
+def eval_lengths_of(dataset: datasets.Dataset) -> list[int]:
+    """The task lengths present in an eval set, ascending."""
+    return sorted({int(n) for n in np.asarray(dataset.with_format("arrow")["length"])})
+
+
+def eval_batches(dataset: datasets.Dataset, length: int, batch_size: int, buckets: Sequence[int],
+                 process_index: int = 0, process_count: int = 1) -> Iterator[Batch]:
+    """Batches of the examples of one length, padded to that length's buckets.
+
+    Every batch has ``batch_size`` rows (this process's ``batch_size // process_count`` of
+    them); the last is filled with rows whose masks are all False and whose length is 0.
+    """
+    table = dataset.with_format("arrow")[:]
+    rows = np.flatnonzero(np.asarray(table.column("length")) == length)
+    if rows.size == 0:
+        raise ConfigError("eval length", length,
+                          f"the eval set has lengths {eval_lengths_of(dataset)}")
+    if batch_size % process_count:
+        raise ConfigError("eval.batch_size", batch_size,
+                          f"must be divisible by the process count {process_count}")
+    source, target = (Ragged.from_arrow(table.column(c)) for c in ("source", "target"))
+    source_width = bucket_length(int(source.lengths[rows].max()), buckets)
+    target_width = bucket_length(int(target.lengths[rows].max()) + 1, buckets)
+    local = batch_size // process_count
+    for start in range(0, rows.size, batch_size):
+        chunk = rows[start:start + batch_size][process_index * local:(process_index + 1) * local]
+        examples = Examples(source.padded(chunk, source_width), source.lengths[chunk],
+                            target.padded(chunk, target_width), target.lengths[chunk],
+                            np.full(chunk.size, length, np.int32))
+        yield _pad_rows(make_batch(examples, source_width, target_width), local)
+
+
+def global_batch(local_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
+    """Each key -> one ``jax.Array`` over all processes, batch axis sharded on mesh axis 'data'."""
+    if "data" not in mesh.axis_names:
+        raise ConfigError("mesh", mesh.axis_names, "a mesh with an axis named 'data'")
+    sharding = NamedSharding(mesh, PartitionSpec("data"))
+    rows = next(iter(local_batch.values())).shape[0] * jax.process_count()
+    if rows % mesh.shape["data"]:
+        raise ConfigError("data.batch_size", rows,
+                          f"must be divisible by the {mesh.shape['data']} devices of axis 'data'")
+    return {key: jax.make_array_from_process_local_data(sharding, np.asarray(value))
+            for key, value in local_batch.items()}
+
+
+def _examples_table(examples: Examples) -> pa.Table:
+    def ragged(matrix: np.ndarray, lengths: np.ndarray) -> pa.ListArray:
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+        values = matrix[np.arange(matrix.shape[1]) < lengths[:, None]].astype(np.int32)
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+
+    return pa.table({"length": pa.array(examples.lengths.astype(np.int32)),
+                     "source": ragged(examples.source, examples.source_lengths),
+                     "target": ragged(examples.target, examples.target_lengths)})
+
+
+def _pad_rows(batch: Batch, rows: int) -> Batch:
+    extra = rows - batch["lengths"].shape[0]
+    if extra == 0:
+        return batch
+    return {k: np.concatenate([v, np.zeros((extra, *v.shape[1:]), v.dtype)])
+            for k, v in batch.items()}
+
+
+def _next_power_of_two(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()

@@ -1,0 +1,174 @@
+"""Batches: layout, length sampling, buckets, determinism, process slices, frozen eval sets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pe_research import data
+from pe_research.errors import ConfigError
+from pe_research.tasks import Examples, default_task_config, get_task
+
+BUCKETS = (8, 16, 32, 64, 128)
+
+
+def data_cfg(**changes):
+    return {"batch_size": 16, "train_lengths": (1, 40), "length_sampling": "per_batch",
+            "buckets": BUCKETS, **changes}
+
+
+@pytest.fixture(scope="module")
+def reverse():
+    return get_task(default_task_config("reverse_string"))
+
+
+def test_bucket_length():
+    assert [data.bucket_length(n, BUCKETS) for n in (0, 1, 8, 9, 64, 65, 128)] == [
+        8, 8, 8, 16, 64, 128, 128]
+    assert data.bucket_length(5, (32, 8)) == 8
+    with pytest.raises(ConfigError, match=r"data.buckets=.*add one >= 129 \(e.g. 256\)"):
+        data.bucket_length(129, BUCKETS)
+
+
+def test_make_batch_layout():
+    examples = Examples(source=np.array([[5, 6, 7], [8, 0, 0]]), source_lengths=np.array([3, 1]),
+                        target=np.array([[9, 9], [4, 0]]), target_lengths=np.array([2, 1]),
+                        lengths=np.array([3, 1]))
+    batch = data.make_batch(examples, 4, 4)
+    assert list(batch) == list(data.BATCH_KEYS)
+    np.testing.assert_array_equal(batch["source"], [[5, 6, 7, 0], [8, 0, 0, 0]])
+    np.testing.assert_array_equal(batch["source_mask"], [[1, 1, 1, 0], [1, 0, 0, 0]])
+    np.testing.assert_array_equal(batch["target_input"], [[1, 9, 9, 0], [1, 4, 0, 0]])
+    np.testing.assert_array_equal(batch["target_output"], [[9, 9, 2, 0], [4, 2, 0, 0]])
+    np.testing.assert_array_equal(batch["target_mask"], [[1, 1, 1, 0], [1, 1, 0, 0]])
+    assert batch["source"].dtype == np.int32 and batch["target_mask"].dtype == bool
+    with pytest.raises(ValueError, match="EOS"):
+        data.make_batch(examples, 4, 2)
+
+
+def test_train_batch_is_fixed_by_seed_step_and_process(reverse):
+    first = data.train_batch(reverse, data_cfg(), seed=1, step=5)
+    again = data.train_batch(reverse, data_cfg(), seed=1, step=5)
+    for key in data.BATCH_KEYS:
+        np.testing.assert_array_equal(first[key], again[key])
+    other_step = data.train_batch(reverse, data_cfg(), seed=1, step=6)
+    other_seed = data.train_batch(reverse, data_cfg(), seed=2, step=5)
+    assert not np.array_equal(first["source"], other_step["source"]) or \
+        first["lengths"][0] != other_step["lengths"][0]
+    assert not np.array_equal(first["source"], other_seed["source"]) or \
+        first["lengths"][0] != other_seed["lengths"][0]
+
+
+def test_per_batch_sampling_is_one_uniform_length_per_batch(reverse):
+    seen = []
+    for step in range(400):
+        batch = data.train_batch(reverse, data_cfg(batch_size=2, train_lengths=(3, 6)), 0, step)
+        assert batch["lengths"][0] == batch["lengths"][1]
+        seen.append(batch["lengths"][0])
+    counts = np.bincount(seen, minlength=7)[3:]
+    assert counts.sum() == 400 and counts.min() > 70  # each of 4 lengths ~100 times
+
+
+def test_mixed_sampling_pads_to_one_bucket(reverse):
+    batch = data.train_batch(reverse, data_cfg(batch_size=64, length_sampling="mixed",
+                                               train_lengths=(1, 20)), 0, 3)
+    lengths = batch["lengths"]
+    assert len(set(lengths.tolist())) > 10 and lengths.min() >= 1 and lengths.max() <= 20
+    assert batch["source"].shape == (64, data.bucket_length(int(lengths.max()), BUCKETS))
+    np.testing.assert_array_equal(batch["source_mask"].sum(1), lengths)
+    np.testing.assert_array_equal(batch["target_mask"].sum(1), lengths + 1)
+    assert (batch["source"][~batch["source_mask"]] == 0).all()
+
+
+@pytest.mark.parametrize("sampling", ["per_batch", "mixed"])
+def test_shapes_are_bounded_by_the_buckets(sampling):
+    task = get_task(default_task_config("duplicate_string"))
+    shapes = {tuple(v.shape for v in data.train_batch(
+        task, data_cfg(batch_size=4, length_sampling=sampling), 0, step).values())
+        for step in range(150)}
+    sources = {s[0][1] for s in shapes}
+    targets = {s[2][1] for s in shapes}
+    assert sources <= set(BUCKETS) and targets <= set(BUCKETS)
+    # S and T both grow with n, so each new pair moves at least one of them up a bucket.
+    assert len(shapes) <= 2 * len(BUCKETS) - 1
+
+
+def test_process_slices_share_lengths_and_shapes(reverse):
+    for sampling in ("per_batch", "mixed"):
+        cfg = data_cfg(batch_size=8, length_sampling=sampling)
+        whole = data.train_batch(reverse, cfg, 0, 7)
+        parts = [data.train_batch(reverse, cfg, 0, 7, process_index=i, process_count=2)
+                 for i in range(2)]
+        assert parts[0]["source"].shape == parts[1]["source"].shape
+        assert parts[0]["source"].shape[0] == 4
+        np.testing.assert_array_equal(
+            np.concatenate([p["lengths"] for p in parts]), whole["lengths"])
+        assert not np.array_equal(parts[0]["source"], parts[1]["source"])
+    with pytest.raises(ConfigError, match="data.batch_size=8 .*process count 3"):
+        data.train_batch(reverse, data_cfg(batch_size=8), 0, 0, process_index=0, process_count=3)
+
+
+def test_check_data_config_catches_lengths_and_buckets():
+    task = get_task(default_task_config("duplicate_string"))
+    data.check_data_config(task, data_cfg(), eval_lengths=(50, 63))
+    with pytest.raises(ConfigError, match=r"data.buckets=.*add one >= 129"):
+        data.check_data_config(task, data_cfg(), eval_lengths=(64,))  # 128 targets + EOS
+    with pytest.raises(ConfigError, match=r"data.train_lengths=\(1, 40\).*>= 3"):
+        data.check_data_config(get_task(default_task_config("binary_addition")), data_cfg())
+    with pytest.raises(ConfigError, match="data.length_sampling"):
+        data.check_data_config(task, data_cfg(length_sampling="sometimes"))
+    with pytest.raises(ConfigError, match="data.buckets"):
+        data.check_data_config(task, data_cfg(buckets=(32, 16)))
+    with pytest.raises(ConfigError, match="data.train_lengths"):
+        data.check_data_config(task, data_cfg(train_lengths=(9, 4)))
+
+
+def test_eval_set_is_frozen_and_reused(reverse, tmp_path, monkeypatch):
+    first = data.eval_dataset(reverse, (5, 12), 10, seed=0, cache_dir=tmp_path)
+    files = sorted(p.name for p in tmp_path.glob("eval_*.parquet"))
+    assert len(files) == 1 and files[0].startswith("eval_reverse_string_")
+    assert len(first) == 20 and data.eval_lengths_of(first) == [5, 12]
+
+    def must_not_generate(*args, **kwargs):
+        raise AssertionError("the frozen set should have been read from disk")
+
+    monkeypatch.setattr(reverse, "eval_examples", must_not_generate)
+    second = data.eval_dataset(reverse, (5, 12), 10, seed=0, cache_dir=tmp_path)
+    for column in ("length", "source", "target"):
+        assert first[column] == second[column]
+    monkeypatch.undo()
+    data.eval_dataset(reverse, (5, 12), 10, seed=1, cache_dir=tmp_path)
+    data.eval_dataset(get_task({"name": "reverse_string", "alphabet_size": 3}), (5, 12), 10, 0,
+                      tmp_path)
+    assert len(list(tmp_path.glob("eval_*.parquet"))) == 3
+
+
+def test_eval_examples_of_a_length_do_not_depend_on_the_grid(reverse):
+    alone = reverse.eval_examples([9], 6, seed=4)
+    in_grid = reverse.eval_examples([3, 9, 20], 6, seed=4)
+    np.testing.assert_array_equal(alone.source, in_grid.source[6:12, :9])
+    train = data.train_batch(reverse, data_cfg(batch_size=6, train_lengths=(9, 9)), 4, 0)
+    assert not np.array_equal(train["source"][:, :9], alone.source)
+
+
+def test_eval_batches_pad_to_buckets_and_rows(reverse, tmp_path):
+    dataset = data.eval_dataset(reverse, (5, 12), 10, seed=0, cache_dir=tmp_path)
+    batches = list(data.eval_batches(dataset, 12, 4, BUCKETS))
+    assert len(batches) == 3
+    assert all(b["source"].shape == (4, 16) and b["target_input"].shape == (4, 16)
+               for b in batches)
+    lengths = np.concatenate([b["lengths"] for b in batches])
+    np.testing.assert_array_equal(lengths, [12] * 10 + [0, 0])
+    last = batches[-1]
+    assert not last["source_mask"][2:].any() and not last["target_mask"][2:].any()
+    real = np.concatenate([b["source"][:, :12] for b in batches])[:10]
+    np.testing.assert_array_equal(real, np.array(dataset.filter(
+        lambda row: row["length"] == 12)["source"]))
+    targets = np.concatenate([b["target_output"] for b in batches])[:10]
+    np.testing.assert_array_equal(targets[:, :12], real[:, ::-1])
+    assert (targets[:, 12] == 2).all()
+    halves = [list(data.eval_batches(dataset, 12, 4, BUCKETS, i, 2)) for i in range(2)]
+    np.testing.assert_array_equal(np.concatenate([halves[0][0]["source"], halves[1][0]["source"]]),
+                                  batches[0]["source"])
+    with pytest.raises(ConfigError, match=r"lengths \[5, 12\]"):
+        next(data.eval_batches(dataset, 7, 4, BUCKETS))
