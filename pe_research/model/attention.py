@@ -24,7 +24,7 @@ def _warn_once(message: str) -> None:
 
 
 def resolve_implementation(requested: str, dtype: Any, head_dim: int) -> str:
-    """``cudnn`` where the backend, dtype and head size allow it; otherwise ``xla`` (warned once)."""
+    """``cudnn`` where backend, dtype and head size allow it, else ``xla`` (warned once)."""
     if requested != "cudnn":
         return requested
     reasons = []

@@ -11,8 +11,8 @@ from flax import nnx
 
 from pe_research.model.attention import MultiHeadAttention
 from pe_research.model.config import ModelConfig
-from pe_research.positional.base import CROSS, DECODER_SELF, ENCODER_SELF, PositionalScheme
-from pe_research.positional.registry import build_scheme
+from pe_research.positional.base import CROSS, DECODER_SELF, ENCODER_SELF, AttentionKind
+from pe_research.positional.registry import build_scheme, scheme_class
 
 ACTIVATION_FUNCTIONS = {"gelu": jax.nn.gelu, "relu": jax.nn.relu}
 
@@ -60,9 +60,13 @@ class Sublayer(nnx.Module):
         return self.norm(x + dropout(function(x), self.rate, key))
 
 
-def layer_scheme(config: ModelConfig, shared: PositionalScheme, rngs: nnx.Rngs):
-    """A per-layer scheme instance when the scheme asks for one, else None (use the shared one)."""
-    if type(shared).shared_across_layers:
+def layer_scheme(config: ModelConfig, kinds: frozenset[AttentionKind], rngs: nnx.Rngs):
+    """This layer's own scheme instance if the scheme is per-layer and acts in one of ``kinds``.
+
+    None means the layer uses the model's shared instance.
+    """
+    scheme = scheme_class(config.pe["type"])
+    if scheme.shared_across_layers or not scheme.acts_in & kinds:
         return None
     return build_scheme(config.pe, d_model=config.d_model, num_heads=config.num_heads, rngs=rngs)
 
@@ -70,7 +74,7 @@ def layer_scheme(config: ModelConfig, shared: PositionalScheme, rngs: nnx.Rngs):
 class EncoderLayer(nnx.Module):
     """Bidirectional self-attention then feed-forward."""
 
-    def __init__(self, config: ModelConfig, shared_pe: PositionalScheme, *, rngs: nnx.Rngs):
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         attention: Any = functools.partial(
             MultiHeadAttention, config.d_model, config.num_heads, dtype=config.compute_dtype,
             implementation=config.attention_implementation, rngs=rngs)
@@ -78,7 +82,7 @@ class EncoderLayer(nnx.Module):
         self.feed_forward = FeedForward(config, rngs=rngs)
         self.attention_block = Sublayer(config, rngs=rngs)
         self.feed_forward_block = Sublayer(config, rngs=rngs)
-        self.own_pe = layer_scheme(config, shared_pe, rngs)
+        self.own_pe = layer_scheme(config, frozenset({ENCODER_SELF}), rngs)
 
     def __call__(self, x_BxSxD, positions_BxS, mask_BxSxS, pe, key):
         pe = self.own_pe or pe
@@ -93,7 +97,7 @@ class EncoderLayer(nnx.Module):
 class DecoderLayer(nnx.Module):
     """Causal self-attention, cross-attention to the encoder, feed-forward."""
 
-    def __init__(self, config: ModelConfig, shared_pe: PositionalScheme, *, rngs: nnx.Rngs):
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         attention: Any = functools.partial(
             MultiHeadAttention, config.d_model, config.num_heads, dtype=config.compute_dtype,
             implementation=config.attention_implementation, rngs=rngs)
@@ -103,11 +107,11 @@ class DecoderLayer(nnx.Module):
         self.self_block = Sublayer(config, rngs=rngs)
         self.cross_block = Sublayer(config, rngs=rngs)
         self.feed_forward_block = Sublayer(config, rngs=rngs)
-        self.own_pe = layer_scheme(config, shared_pe, rngs)
+        self.own_pe = layer_scheme(config, frozenset({DECODER_SELF, CROSS}), rngs)
 
     def __call__(self, y_BxTxD, encoded_BxSxD, positions_BxT, source_positions_BxS,
                  self_mask_BxTxT, cross_mask_BxTxS, pe, key, cache=None):
-        """One layer; with ``cache`` (dict of k/v/positions), the self-attention keys come from it."""
+        """One layer; with ``cache`` (k/v/positions dict), self-attention keys come from it."""
         pe = self.own_pe or pe
         keys = split_key(key, 4)
 

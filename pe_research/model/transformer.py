@@ -8,7 +8,21 @@ from flax import nnx
 
 from pe_research.model.config import ModelConfig
 from pe_research.model.layers import DecoderLayer, EncoderLayer, dropout, split_key
-from pe_research.positional.registry import build_scheme
+from pe_research.positional.base import PositionalScheme
+from pe_research.positional.nope import NoPE
+from pe_research.positional.registry import build_scheme, scheme_class
+
+
+def shared_scheme(config: ModelConfig, rngs: nnx.Rngs) -> PositionalScheme:
+    """The model-level scheme instance: input vectors and the shared attention hooks.
+
+    A per-layer scheme without input vectors lives only in its layers; a parameter-free NoPE
+    stands in here so that no parameter exists that nothing uses.
+    """
+    scheme = scheme_class(config.pe["type"])
+    if not scheme.shared_across_layers and not scheme.adds_input_vectors:
+        return NoPE(config.pe, d_model=config.d_model, num_heads=config.num_heads, rngs=rngs)
+    return build_scheme(config.pe, d_model=config.d_model, num_heads=config.num_heads, rngs=rngs)
 
 
 class Seq2SeqTransformer(nnx.Module):
@@ -17,8 +31,7 @@ class Seq2SeqTransformer(nnx.Module):
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         self.config = config
         dtype = config.compute_dtype
-        self.pe = build_scheme(config.pe, d_model=config.d_model, num_heads=config.num_heads,
-                               rngs=rngs)
+        self.pe = shared_scheme(config, rngs)
         self.embed = nnx.Embed(config.vocab_size, config.d_model, dtype=dtype,
                                param_dtype=jnp.float32, rngs=rngs)
         concat = type(self.pe).adds_input_vectors and config.pe.get("combine", "add") == "concat"
@@ -26,9 +39,9 @@ class Seq2SeqTransformer(nnx.Module):
             nnx.Linear(2 * config.d_model, config.d_model, dtype=dtype, param_dtype=jnp.float32,
                        rngs=rngs) if concat else None)
         self.encoder_layers = nnx.List(
-            [EncoderLayer(config, self.pe, rngs=rngs) for _ in range(config.num_encoder_layers)])
+            [EncoderLayer(config, rngs=rngs) for _ in range(config.num_encoder_layers)])
         self.decoder_layers = nnx.List(
-            [DecoderLayer(config, self.pe, rngs=rngs) for _ in range(config.num_decoder_layers)])
+            [DecoderLayer(config, rngs=rngs) for _ in range(config.num_decoder_layers)])
         pre_norm = config.norm == "pre"
         norm = lambda: nnx.LayerNorm(config.d_model, dtype=dtype, param_dtype=jnp.float32,
                                      rngs=rngs)

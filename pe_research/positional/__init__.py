@@ -8,6 +8,10 @@ from pe_research.positional.base import (
     AttentionKind,
     PositionalScheme,
 )
+from pe_research.positional.cope import cope_logits, cope_positions
+from pe_research.positional.fire import fire_log_transform, fire_normalized_distance
+from pe_research.positional.kerple import kerple_log_bias, kerple_power_bias
+from pe_research.positional.randomize import check_randomize, make_positions, random_positions
 from pe_research.positional.registry import (
     SCHEMES,
     build_scheme,
@@ -16,8 +20,11 @@ from pe_research.positional.registry import (
     scheme_class,
 )
 from pe_research.positional.rope import apply_rope, rope_angles
+from pe_research.positional.shaw import shaw_logit_bias, shaw_relative_index, shaw_value_term
 from pe_research.positional.sinusoidal import sinusoidal
 from pe_research.positional.t5 import t5_relative_bucket
+from pe_research.positional.transformer_xl import relative_sinusoid_logits, transformer_xl_bias
+from pe_research.positional.xpos import apply_xpos, xpos_scale
 
 __all__ = [
     "CROSS",
@@ -29,11 +36,27 @@ __all__ = [
     "alibi_bias",
     "alibi_slopes",
     "apply_rope",
+    "apply_xpos",
     "build_scheme",
     "check_pe_config",
+    "check_randomize",
+    "cope_logits",
+    "cope_positions",
     "default_pe_config",
+    "fire_log_transform",
+    "fire_normalized_distance",
+    "kerple_log_bias",
+    "kerple_power_bias",
+    "make_positions",
+    "random_positions",
+    "relative_sinusoid_logits",
     "rope_angles",
     "scheme_class",
+    "shaw_logit_bias",
+    "shaw_relative_index",
+    "shaw_value_term",
     "sinusoidal",
     "t5_relative_bucket",
+    "transformer_xl_bias",
+    "xpos_scale",
 ]

@@ -48,8 +48,11 @@ class PositionalScheme(nnx.Module):
     acts_in: ClassVar[frozenset[AttentionKind]] = frozenset()
     # True for schemes whose input_vectors returns vectors (the model then builds the combiner).
     adds_input_vectors: ClassVar[bool] = False
-    # A scheme with per-layer parameters sets this False: each attention layer builds its own.
+    # A scheme with per-layer parameters sets this False: each attention layer it acts in builds
+    # its own instance.
     shared_across_layers: ClassVar[bool] = True
+    # False for a scheme that ignores positions (randomizing them is then refused).
+    consumes_positions: ClassVar[bool] = True
 
     def __init__(self, pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs):
         self.d_model = d_model
@@ -58,7 +61,7 @@ class PositionalScheme(nnx.Module):
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:
-        """The scheme's own keys of ``model.pe`` with their defaults (``type``/``combine`` excluded)."""
+        """The scheme's own ``model.pe`` keys and defaults (not type, combine, randomize)."""
         return {}
 
     @classmethod

@@ -14,3 +14,4 @@ class NoPE(PositionalScheme):
 
     name = "none"
     acts_in = frozenset()
+    consumes_positions = False

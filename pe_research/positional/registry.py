@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,11 +11,18 @@ from flax import nnx
 from pe_research.errors import ConfigError
 from pe_research.positional.alibi import ALiBi
 from pe_research.positional.base import PositionalScheme
+from pe_research.positional.cope import CoPE
+from pe_research.positional.fire import Fire
+from pe_research.positional.kerple import KerpleLog, KerplePower
 from pe_research.positional.learned import Learned
 from pe_research.positional.nope import NoPE
+from pe_research.positional.randomize import RANDOMIZE_DEFAULTS, check_randomize_config
 from pe_research.positional.rope import RoPE
+from pe_research.positional.shaw import Shaw
 from pe_research.positional.sinusoidal import Sinusoidal
 from pe_research.positional.t5 import T5Bias
+from pe_research.positional.transformer_xl import TransformerXL
+from pe_research.positional.xpos import XPos
 
 SCHEMES: dict[str, type[PositionalScheme]] = {
     "none": NoPE,
@@ -23,10 +31,18 @@ SCHEMES: dict[str, type[PositionalScheme]] = {
     "rope": RoPE,
     "alibi": ALiBi,
     "t5": T5Bias,
+    "shaw": Shaw,
+    "transformer_xl": TransformerXL,
+    "kerple_log": KerpleLog,
+    "kerple_power": KerplePower,
+    "fire": Fire,
+    "xpos": XPos,
+    "cope": CoPE,
 }
 
 # Keys of model.pe that belong to the model, not to any one scheme.
-COMMON_DEFAULTS: dict[str, Any] = {"type": "rope", "combine": "add"}
+COMMON_DEFAULTS: dict[str, Any] = {"type": "rope", "combine": "add",
+                                   "randomize": RANDOMIZE_DEFAULTS}
 COMBINE_CHOICES = ("add", "concat")
 
 
@@ -39,7 +55,7 @@ def scheme_class(name: str) -> type[PositionalScheme]:
 
 def default_pe_config(name: str) -> dict[str, Any]:
     """A complete ``model.pe`` block for scheme ``name`` with every default filled in."""
-    return {**COMMON_DEFAULTS, "type": name, **scheme_class(name).default_config()}
+    return copy.deepcopy({**COMMON_DEFAULTS, "type": name, **scheme_class(name).default_config()})
 
 
 def check_pe_config(pe: Mapping[str, Any], *, d_model: int, num_heads: int) -> None:
@@ -53,6 +69,7 @@ def check_pe_config(pe: Mapping[str, Any], *, d_model: int, num_heads: int) -> N
     if pe.get("combine", "add") not in COMBINE_CHOICES:
         raise ConfigError("model.pe.combine", pe["combine"], f"choose one of {COMBINE_CHOICES}")
     cls.check_config(pe, d_model=d_model, num_heads=num_heads)
+    check_randomize_config(pe, cls)
 
 
 def build_scheme(

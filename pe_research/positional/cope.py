@@ -1,0 +1,86 @@
+"""Contextual position encoding, CoPE (Golovneva et al. 2024): positions counted by gates.
+
+In causal self-attention, for query i and visible key j:
+    g_it = sigmoid(q_i . k_t / sqrt(D))              gate: does token t count?
+    p_ij = sum_{t = j .. i} g_it                      a fractional, context-dependent position
+    e[p] = (p - floor p) e[ceil p] + (ceil p - p) e[floor p]     (p clamped to npos_max - 1)
+    logit_ij = q_i . k_j / sqrt(D) + q_i . e[p_ij]
+with a learned table e of ``npos_max`` vectors of head size, shared by the heads, initialised to
+zero, one table per layer (all as in the paper's code). The sum over t needs the attention mask
+(only visible keys count, also in the decoding cache), so attention is computed explicitly.
+
+Acts in: decoder self-attention only (the paper's setting; the count runs over the causal past).
+The encoder gets no positional information at all (it is permutation-equivariant, like NoPE),
+and cross-attention none. CoPE ignores the position arrays, so ``model.pe.randomize`` is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from pe_research.errors import ConfigError
+from pe_research.positional.base import DECODER_SELF, AttentionKind, PositionalScheme, require
+from pe_research.positional.explicit_attention import (
+    masked_softmax,
+    scaled_logits,
+    weighted_values,
+)
+
+
+def cope_positions(logits_BxHxTxS: jax.Array, mask_BxTxS: jax.Array, npos_max: int) -> jax.Array:
+    """``p_ij = sum_{t >= j, visible} sigmoid(logit_it)``, clamped to ``npos_max - 1``."""
+    gates = jnp.where(mask_BxTxS[:, None], jax.nn.sigmoid(logits_BxHxTxS), 0.0)
+    counts = jnp.flip(jnp.cumsum(jnp.flip(gates, -1), axis=-1), -1)  # sum over t = j .. S-1
+    return jnp.minimum(counts, npos_max - 1)
+
+
+def cope_logits(q_BxTxHxD: jax.Array, table_DxP: jax.Array,
+                positions_BxHxTxS: jax.Array) -> jax.Array:
+    """``q_i . e[p_ij]``, e interpolated between integer positions, float32 ``[B, H, T, S]``."""
+    per_integer_BxHxTxP = jnp.einsum("bthd,dp->bhtp", q_BxTxHxD.astype(jnp.float32), table_DxP)
+    floor, ceil = jnp.floor(positions_BxHxTxS), jnp.ceil(positions_BxHxTxS)
+    weight = positions_BxHxTxS - floor  # carries the gradient to the gates
+    at_floor = jnp.take_along_axis(per_integer_BxHxTxP, floor.astype(jnp.int32), axis=-1)
+    at_ceil = jnp.take_along_axis(per_integer_BxHxTxP, ceil.astype(jnp.int32), axis=-1)
+    return at_ceil * weight + at_floor * (1.0 - weight)
+
+
+class CoPE(PositionalScheme):
+    """A zero-initialised ``[head_dim, npos_max]`` table per decoder layer."""
+
+    name = "cope"
+    acts_in = frozenset({DECODER_SELF})
+    shared_across_layers = False
+    consumes_positions: ClassVar[bool] = False
+
+    def __init__(self, pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs):
+        super().__init__(pe, d_model=d_model, num_heads=num_heads, rngs=rngs)
+        self.npos_max = int(pe["npos_max"])
+        self.table = nnx.Param(jnp.zeros((self.head_dim, self.npos_max), jnp.float32))
+
+    @classmethod
+    def default_config(cls) -> dict[str, Any]:
+        return {"npos_max": 64}
+
+    @classmethod
+    def check_config(cls, pe: Mapping[str, Any], *, d_model: int, num_heads: int) -> None:
+        require(isinstance(pe["npos_max"], int) and pe["npos_max"] >= 2, "model.pe.npos_max",
+                pe["npos_max"], "an integer >= 2 (the largest counted position + 1)")
+
+    def explicit_attention(self, q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias_BxHxTxS, mask_BxTxS,
+                           q_positions_BxT, k_positions_BxS, kind: AttentionKind):
+        if kind is not DECODER_SELF:
+            raise ConfigError("model.pe.type", self.name,
+                              f"cope acts only in causal decoder self-attention, not {kind.value}")
+        logits = scaled_logits(q_BxTxHxD, k_BxSxHxD)
+        positions = cope_positions(logits, mask_BxTxS, self.npos_max)
+        logits = logits + cope_logits(q_BxTxHxD, self.table[...], positions)
+        if bias_BxHxTxS is not None:
+            logits = logits + bias_BxHxTxS
+        probs = masked_softmax(logits, mask_BxTxS)
+        return weighted_values(probs, v_BxSxHxD).astype(q_BxTxHxD.dtype)

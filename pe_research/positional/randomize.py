@@ -1,0 +1,110 @@
+"""Randomized positions (Ruoss et al. 2023), an option of every scheme that consumes positions.
+
+``model.pe.randomize = {max_position: M, eval_policy: 'randomized' | 'plain'}``. With M > 0,
+the n real tokens of a sequence get a sorted, uniformly random n-subset of ``[0, M)`` instead of
+``0 .. n - 1``, so a model trained on short sequences has already seen every position (and every
+distance) up to M. Policy at evaluation: ``randomized`` (the paper's: sample at test time too,
+with the key the caller gives) or ``plain`` (``0 .. n - 1``). M = 0 turns it off.
+
+Padding does not change the positions of real tokens: the subset is the top-n of M random scores,
+so the same key gives the same real positions at any padded length. Padded slots get the next
+sampled values (sorted among themselves), so every slot holds a distinct position below M.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from pe_research.errors import ConfigError
+from pe_research.positional.base import PositionalScheme
+
+RANDOMIZE_DEFAULTS: dict[str, Any] = {"max_position": 0, "eval_policy": "randomized"}
+EVAL_POLICIES = ("randomized", "plain")
+
+
+def randomize_settings(pe: Mapping[str, Any]) -> tuple[int, str]:
+    """``(max_position, eval_policy)`` of a ``model.pe`` block, defaults filled in."""
+    block = {**RANDOMIZE_DEFAULTS, **dict(pe.get("randomize") or {})}
+    return int(block["max_position"]), str(block["eval_policy"])
+
+
+def check_randomize_config(pe: Mapping[str, Any], scheme: type[PositionalScheme]) -> None:
+    """Raise ``ConfigError`` for unknown keys or impossible values of ``model.pe.randomize``.
+
+    A scheme that ignores positions (``consumes_positions = False``) refuses randomization; one
+    with a bounded position range (a learned table) must cover ``[0, max_position)``.
+    """
+    block = pe.get("randomize") or {}
+    if not hasattr(block, "keys"):  # a dict or a ConfigDict (which is not a Mapping)
+        raise ConfigError("model.pe.randomize", block,
+                          f"a mapping with keys {sorted(RANDOMIZE_DEFAULTS)}")
+    for key in block:
+        if key not in RANDOMIZE_DEFAULTS:
+            raise ConfigError(f"model.pe.randomize.{key}", block[key],
+                              f"not a randomize key; valid keys are {sorted(RANDOMIZE_DEFAULTS)}")
+    max_position = block.get("max_position", 0)
+    if isinstance(max_position, bool) or not isinstance(max_position, int) or max_position < 0:
+        raise ConfigError("model.pe.randomize.max_position", max_position,
+                          "an integer >= 0 (0 turns randomized positions off)")
+    policy = block.get("eval_policy", "randomized")
+    if policy not in EVAL_POLICIES:
+        raise ConfigError("model.pe.randomize.eval_policy", policy,
+                          f"choose one of {EVAL_POLICIES}")
+    if max_position and not getattr(scheme, "consumes_positions", True):
+        raise ConfigError("model.pe.randomize.max_position", max_position,
+                          f"scheme {scheme.name!r} does not use positions; set it to 0")
+    if max_position:  # randomized positions reach max_position - 1 at any sequence length
+        scheme.check_positions(pe, max_position)
+
+
+def check_randomize(pe: Mapping[str, Any], max_length: int) -> None:
+    """ConfigError if randomized positions cannot cover ``max_length`` tokens (BOS/EOS included)."""
+    max_position, _ = randomize_settings(pe)
+    if 0 < max_position < max_length:
+        raise ConfigError(
+            "model.pe.randomize.max_position", max_position,
+            f"must be >= the longest sequence used ({max_length} tokens), since each token needs "
+            f"a distinct position in [0, max_position); or 0 to turn randomization off")
+
+
+def plain_positions(mask_BxT: jax.Array) -> jax.Array:
+    """``0 .. T - 1`` for every row, int32 ``[B, T]``."""
+    return jnp.broadcast_to(jnp.arange(mask_BxT.shape[-1], dtype=jnp.int32), mask_BxT.shape)
+
+
+def random_positions(key: jax.Array, mask_BxT: jax.Array, max_position: int) -> jax.Array:
+    """Sorted distinct random positions in ``[0, max_position)`` for real tokens, ``[B, T]``.
+
+    ``mask`` is True on the real tokens, a prefix of each row. Rows are sampled independently.
+    """
+    batch, length = mask_BxT.shape
+    sampled = min(length, max_position)
+    scores_BxM = jax.random.uniform(key, (batch, max_position))
+    _, chosen_BxK = jax.lax.top_k(scores_BxM, sampled)  # a random subset, in random order
+    if sampled < length:  # only padding can lie beyond max_position slots (check_randomize)
+        filler = jnp.full((batch, length - sampled), max_position - 1, chosen_BxK.dtype)
+        chosen_BxK = jnp.concatenate([chosen_BxK, filler], axis=-1)
+    real_BxT = jnp.arange(length) < jnp.sum(mask_BxT, axis=-1, keepdims=True)
+    # Sort real and padded slots separately: padded values are offset by M so they sort last.
+    ordered = jnp.sort(jnp.where(real_BxT, chosen_BxK, chosen_BxK + max_position), axis=-1)
+    return jnp.where(ordered >= max_position, ordered - max_position, ordered).astype(jnp.int32)
+
+
+def make_positions(pe: Mapping[str, Any], mask_BxT: jax.Array, key: jax.Array | None,
+                   training: bool) -> jax.Array:
+    """Positions int32 ``[B, T]`` for one side of a batch, under ``model.pe.randomize``.
+
+    Plain ``0 .. T - 1`` when randomization is off, or at evaluation with policy ``plain``;
+    otherwise ``random_positions(key, mask, max_position)`` (deterministic for a given key).
+    """
+    max_position, policy = randomize_settings(pe)
+    if max_position == 0 or (not training and policy == "plain"):
+        return plain_positions(mask_BxT)
+    if key is None:
+        raise ValueError("randomized positions need an RNG key (model.pe.randomize.max_position "
+                         f"= {max_position}, training={training}, eval_policy={policy!r})")
+    return random_positions(key, jnp.asarray(mask_BxT, bool), max_position)

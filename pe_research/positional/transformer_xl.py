@@ -1,0 +1,94 @@
+"""Transformer-XL relative attention (Dai et al. 2019), as in the Chomsky-hierarchy benchmarks.
+
+    A_ij = q_i . k_j  +  q_i . W_R R(p_i - p_j)  +  u . k_j  +  v . W_R R(p_i - p_j)
+         = q_i . k_j  +  u . k_j  +  (q_i + v) . W_R R(p_i - p_j)
+where R(d) is the sinusoidal vector (width d_model, ``sinusoidal``) of the signed distance
+d = p_i - p_j, W_R a learned projection d_model -> heads x head size, and u, v learned global
+content and position biases per head. Everything is scaled by 1/sqrt(D) like the content term;
+the last two terms are the logit bias.
+
+Both directions: R is evaluated at the signed distance, so the bidirectional encoder covers
+d in [-L, L) (keys after the query get their own embeddings) and the causal decoder [0, L).
+Instead of a table over every distance (and the "relative shift"), the angle-difference identity
+    sin(a - b) = sin a cos b - cos a sin b,   cos(a - b) = cos a cos b + sin a sin b
+turns the position term into a dot product between a query-side and a key-side vector, exact for
+arbitrary (offset, randomized) positions. u, v, W_R belong to each layer (not shared), as in the
+randomized-positions benchmark code. Acts in: encoder self and decoder self attention.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from pe_research.positional.base import SELF_ATTENTION, PositionalScheme, require
+from pe_research.positional.sinusoidal import sinusoidal
+
+
+def relative_sinusoid_logits(query_BxTxHxD: jax.Array, w_r_ExHxD: jax.Array,
+                             q_positions_BxT: jax.Array, k_positions_BxS: jax.Array,
+                             max_wavelength: float = 10_000.0) -> jax.Array:
+    """``query_i . W_R R(p_i - p_j)`` (unscaled) as float32 ``[B, H, T, S]``; R has width E."""
+    width = w_r_ExHxD.shape[0]
+    # Projection of each query onto every sinusoid channel: [B, T, H, E], E interleaved sin/cos.
+    projected = jnp.einsum("bthd,ehd->bthe", query_BxTxHxD.astype(jnp.float32), w_r_ExHxD)
+    on_sin, on_cos = projected[..., 0::2], projected[..., 1::2]
+    q_angles = sinusoidal(q_positions_BxT, width, max_wavelength)[:, :, None, :]  # [B, T, 1, E]
+    sin_a, cos_a = q_angles[..., 0::2], q_angles[..., 1::2]
+    k_angles = sinusoidal(k_positions_BxS, width, max_wavelength)  # [B, S, E]
+    sin_b, cos_b = k_angles[..., 0::2], k_angles[..., 1::2]
+    # s sin(a-b) + c cos(a-b) = (s sin a + c cos a) cos b + (c sin a - s cos a) sin b
+    query_side = jnp.concatenate([on_sin * sin_a + on_cos * cos_a,
+                                  on_cos * sin_a - on_sin * cos_a], axis=-1)
+    key_side = jnp.concatenate([cos_b, sin_b], axis=-1)
+    return jnp.einsum("bthf,bsf->bhts", query_side, key_side)
+
+
+def transformer_xl_bias(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, u_HxD: jax.Array,
+                        v_HxD: jax.Array, w_r_ExHxD: jax.Array, q_positions_BxT: jax.Array,
+                        k_positions_BxS: jax.Array, max_wavelength: float = 10_000.0) -> jax.Array:
+    """``(u . k_j + (q_i + v) . W_R R(p_i - p_j)) / sqrt(D)`` as float32 ``[B, H, T, S]``."""
+    scale = 1.0 / np.sqrt(q_BxTxHxD.shape[-1])
+    content_bias_BxHxS = jnp.einsum("hd,bshd->bhs", u_HxD, k_BxSxHxD.astype(jnp.float32))
+    position = relative_sinusoid_logits(q_BxTxHxD.astype(jnp.float32) + v_HxD, w_r_ExHxD,
+                                        q_positions_BxT, k_positions_BxS, max_wavelength)
+    return (content_bias_BxHxS[:, :, None, :] + position) * scale
+
+
+class TransformerXL(PositionalScheme):
+    """Learned u, v ``[H, D]`` and W_R ``[d_model, H, D]`` per layer; fixed sinusoids."""
+
+    name = "transformer_xl"
+    acts_in = SELF_ATTENTION
+    shared_across_layers = False
+
+    def __init__(self, pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs):
+        super().__init__(pe, d_model=d_model, num_heads=num_heads, rngs=rngs)
+        self.max_wavelength = float(pe["max_wavelength"])
+        bias_init = nnx.initializers.normal(stddev=float(pe["bias_init_std"]))
+        shape = (num_heads, self.head_dim)
+        self.u = nnx.Param(bias_init(rngs.params(), shape, jnp.float32))
+        self.v = nnx.Param(bias_init(rngs.params(), shape, jnp.float32))
+        # Same initialiser as the model's own projections (LeCun normal over d_model inputs).
+        projection_init = nnx.initializers.lecun_normal(in_axis=0, out_axis=(1, 2))
+        self.w_r = nnx.Param(projection_init(rngs.params(), (d_model, *shape), jnp.float32))
+
+    @classmethod
+    def default_config(cls) -> dict[str, Any]:
+        return {"max_wavelength": 10_000.0, "bias_init_std": 0.02}
+
+    @classmethod
+    def check_config(cls, pe: Mapping[str, Any], *, d_model: int, num_heads: int) -> None:
+        require(d_model % 2 == 0, "model.d_model", d_model,
+                "transformer_xl embeds distances in sinusoids of width d_model; make it even")
+        require(pe["max_wavelength"] > 0, "model.pe.max_wavelength", pe["max_wavelength"], "> 0")
+        require(pe["bias_init_std"] >= 0, "model.pe.bias_init_std", pe["bias_init_std"], ">= 0")
+
+    def logit_bias(self, q_BxTxHxD, k_BxSxHxD, q_positions_BxT, k_positions_BxS, kind):
+        return transformer_xl_bias(q_BxTxHxD, k_BxSxHxD, self.u[...], self.v[...], self.w_r[...],
+                                   q_positions_BxT, k_positions_BxS, self.max_wavelength)
