@@ -26,7 +26,7 @@ lint: $(STAMP)
 	$(PYTHON) -m ruff check pe_research tests configs experiments benchmarks
 
 demo: $(STAMP)
-	@echo "make demo arrives with the training issue; run 'make test' meanwhile."
+	$(PYTHON) experiments/demo.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

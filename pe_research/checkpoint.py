@@ -1,0 +1,205 @@
+"""Orbax checkpoints of a run: params, optimizer state, step + data position, config.
+
+Layout: ``run_dir/checkpoints/<step>/{params, opt_state, meta, config}`` written by an Orbax
+``CheckpointManager`` (args API, asynchronous). The latest ``keep`` steps are kept, plus the best
+one by an eval metric. A step that cannot be read back (a file truncated or missing) is skipped
+with a warning in favour of the previous good one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+from orbax.checkpoint import checkpoint_managers as policies
+
+CHECKPOINT_DIR = "checkpoints"
+CORRUPT_DIR = "corrupt_checkpoints"
+
+
+def abstract_like(tree: Any, sharding: jax.sharding.Sharding | None = None) -> Any:
+    """Shape/dtype(/sharding) skeleton of ``tree`` for Orbax to restore into."""
+    return jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                       sharding=sharding or getattr(x, "sharding", None)), tree)
+
+
+class Checkpointer:
+    """A run's ``CheckpointManager``: save every N steps, resume from the newest good step."""
+
+    def __init__(self, directory: str | Path, *, keep: int = 2, best_metric: str = "",
+                 best_mode: str = "max", async_save: bool = True, read_only: bool = False):
+        self.directory = Path(directory).absolute()
+        self.best_metric = best_metric
+        self.read_only = read_only
+        preserve: list[Any] = [policies.LatestN(n=keep)]
+        best_fn = None
+        if best_metric:
+            best_fn = _metric_getter(best_metric)
+            preserve.append(policies.BestN(get_metric_fn=best_fn, reverse=best_mode == "min",
+                                           n=1, keep_checkpoints_without_metrics=False))
+        options = ocp.CheckpointManagerOptions(
+            best_fn=best_fn, best_mode=best_mode,
+            preservation_policy=policies.AnyPreservationPolicy(preserve),
+            enable_async_checkpointing=async_save, cleanup_tmp_directories=not read_only,
+            create=not read_only)  # read-only is enforced in save(), without Orbax's warnings
+        self.manager = ocp.CheckpointManager(self.directory, options=options)
+
+    def steps(self) -> list[int]:
+        """Finalized steps on disk, oldest first (in-progress temporary directories excluded)."""
+        self.manager.reload()
+        return sorted(self.manager.all_steps())
+
+    def best_step(self) -> int | None:
+        """The step with the best ``best_metric`` (the latest when no metric is tracked)."""
+        self.manager.reload()
+        return self.manager.best_step()
+
+    def save(self, step: int, *, params: Any, opt_state: Any, meta: Mapping[str, Any],
+             config: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None:
+        """Start an asynchronous save of ``step``; arrays are copied off device before returning."""
+        if self.read_only:
+            raise PermissionError(f"{self.directory} was opened read-only")
+        if metrics is not None and self.best_metric not in metrics:
+            metrics = None
+        self.manager.save(
+            step,
+            args=ocp.args.Composite(
+                params=ocp.args.StandardSave(params),
+                opt_state=ocp.args.StandardSave(opt_state),
+                meta=ocp.args.JsonSave(dict(meta)),
+                config=ocp.args.JsonSave(dict(config)),
+            ),
+            metrics=None if metrics is None else {k: float(v) for k, v in metrics.items()},
+            force=True,
+        )
+
+    def restore(self, step: int, *, params: Any = None, opt_state: Any = None) -> dict[str, Any]:
+        """Items of ``step``: ``meta`` and ``config`` always, ``params``/``opt_state`` when an
+        abstract target (see ``abstract_like``) is given."""
+        items: dict[str, Any] = {"meta": ocp.args.JsonRestore(),
+                                 "config": ocp.args.JsonRestore()}
+        if params is not None:
+            items["params"] = ocp.args.StandardRestore(params)
+        if opt_state is not None:
+            items["opt_state"] = ocp.args.StandardRestore(opt_state)
+        restored = self.manager.restore(step, args=ocp.args.Composite(**items))
+        return {name: restored[name] for name in items}
+
+    def restore_latest_good(self, *, params: Any = None, opt_state: Any = None,
+                            quarantine: bool = False) -> tuple[int, dict[str, Any]] | None:
+        """Newest step that restores cleanly, or None if there is none.
+
+        Steps that fail are skipped with a warning; with ``quarantine`` they are moved to
+        ``run_dir/corrupt_checkpoints`` so that training can write that step again.
+        """
+        for step in reversed(self.steps()):
+            try:
+                return step, self.restore(step, params=params, opt_state=opt_state)
+            except Exception as error:  # noqa: BLE001 - any unreadable step is skipped
+                warnings.warn(f"checkpoint step {step} in {self.directory} is unreadable "
+                              f"({type(error).__name__}: {str(error)[:200]}); "
+                              "falling back to the previous checkpoint", stacklevel=2)
+                if quarantine:
+                    self._quarantine(step)
+        return None
+
+    def _quarantine(self, step: int) -> None:
+        if jax.process_index() == 0:
+            target = self.directory.parent / CORRUPT_DIR / f"{step}-{int(time.time())}"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(self.directory / str(step)), str(target))
+        ocp.multihost.sync_global_processes(f"pe_research_quarantine_{step}")
+        self.manager.reload()
+
+    def wait(self) -> None:
+        """Block until every pending asynchronous save is on disk."""
+        self.manager.wait_until_finished()
+
+    def close(self) -> None:
+        self.manager.wait_until_finished()
+        self.manager.close()
+
+
+def _metric_getter(name: str) -> Callable[[Mapping[str, float]], float]:
+    return lambda metrics: float(metrics[name])
+
+
+@dataclasses.dataclass
+class RestoredRun:
+    """A trained model ready for evaluation, with the config and task it was trained with."""
+
+    model: Any  # Seq2SeqTransformer
+    config: Any  # ml_collections.ConfigDict (overrides applied)
+    task: Any  # pe_research.tasks.Task with the run's vocabulary
+    step: int
+    run_dir: Path
+
+
+def restore_model(run_dir: str | Path, step: int | str = "best", overrides: Sequence[str] = (),
+                  *, device: jax.Device | None = None) -> RestoredRun:
+    """Load a run's model for evaluation onto ``device`` (default: the first local device).
+
+    ``step`` is 'best' (by ``train.best_metric``), 'latest' or a step number. ``overrides``
+    (``'model.pe.scale=2'`` ...) change test-time settings. The arrays are restored straight
+    into the target device, whatever devices the run was trained on. For 'best' and 'latest',
+    an unreadable step is skipped with a warning in favour of the previous good one.
+    """
+    from flax import nnx
+
+    from pe_research.config import load_run_config
+    from pe_research.tasks import VOCABULARY_FILE, Vocabulary, get_task
+    from pe_research.train_state import abstract_model, build_model
+    from pe_research.validation import best_mode
+
+    run_dir = Path(run_dir).absolute()
+    config = load_run_config(run_dir, overrides)
+    vocabulary = Vocabulary.load(run_dir) if (run_dir / VOCABULARY_FILE).exists() else None
+    task = get_task(config.task.to_dict(), config.data.to_dict(), vocabulary=vocabulary)
+    best_metric = config.train.best_metric if config.train.eval_every else ""
+    checkpointer = Checkpointer(run_dir / CHECKPOINT_DIR, best_metric=best_metric,
+                                best_mode=best_mode(best_metric), read_only=True)
+    steps = checkpointer.steps()
+    if not steps:
+        raise FileNotFoundError(f"no checkpoint in {checkpointer.directory}")
+    candidates = _candidate_steps(step, steps, checkpointer)
+    graphdef, params, rest = nnx.split(abstract_model(config, task.vocabulary.size),
+                                       nnx.Param, ...)
+    if jax.tree.leaves(rest):  # non-parameter state is rebuilt, not restored
+        _, _, rest = nnx.split(build_model(config, task.vocabulary.size), nnx.Param, ...)
+    target = abstract_like(params, jax.sharding.SingleDeviceSharding(
+        device or jax.local_devices()[0]))
+    for index, candidate in enumerate(candidates):
+        try:
+            restored = checkpointer.restore(candidate, params=target)["params"]
+        except Exception as error:  # noqa: BLE001
+            if index == len(candidates) - 1:
+                raise
+            warnings.warn(f"checkpoint step {candidate} in {checkpointer.directory} is "
+                          f"unreadable ({type(error).__name__}); trying the previous one",
+                          stacklevel=2)
+            continue
+        model = nnx.merge(graphdef, restored, rest)
+        return RestoredRun(model=model, config=config, task=task, step=candidate,
+                           run_dir=run_dir)
+    raise AssertionError("unreachable")
+
+
+def _candidate_steps(step: int | str, steps: list[int], checkpointer: Checkpointer) -> list[int]:
+    """The requested step first, then (for 'best'/'latest') earlier steps as fallbacks."""
+    if isinstance(step, int) or str(step).isdigit():
+        if int(step) not in steps:
+            raise ValueError(f"no checkpoint step {step} in {checkpointer.directory}; "
+                             f"steps: {steps}")
+        return [int(step)]
+    if step not in ("best", "latest"):
+        raise ValueError(f"step must be 'best', 'latest' or a number, not {step!r}")
+    first = checkpointer.best_step() if step == "best" else steps[-1]
+    return [first] + [s for s in reversed(steps) if s != first]

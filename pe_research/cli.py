@@ -1,0 +1,74 @@
+"""``pe-research``: one console script, one subcommand per module.
+
+Each subcommand module provides ``add_arguments(parser)`` and ``run(args) -> int``; it is imported
+only when its subcommand is used, so ``pe-research --help`` stays fast. Arguments of the form
+``--config.a.b=v`` are collected into ``args.config_overrides`` for every subcommand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from pe_research.config import collect_overrides
+from pe_research.errors import ConfigError
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("pe_research.train_cli", "train (or resume) a model from a config file"),
+    "data": ("pe_research.data_cli", "inspect tasks and build evaluation sets"),
+    "eval": ("pe_research.eval_cli", "evaluate a trained run over a grid of lengths"),
+    "compare": ("pe_research.compare_cli", "compare extrapolation curves across runs"),
+    "analyze": ("pe_research.analyze_cli", "look inside a trained model's positions"),
+}
+
+
+def _load(command: str):
+    module_name = COMMANDS[command][0]
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name != module_name:
+            raise
+        raise SystemExit(f"pe-research {command}: this subcommand is not available in this "
+                         f"installation (module {module_name} not found)") from None
+
+
+def build_parser(command: str | None) -> argparse.ArgumentParser:
+    """The parser, with the arguments of ``command`` (only that module is imported)."""
+    parser = argparse.ArgumentParser(
+        prog="pe-research", allow_abbrev=False,
+        description="Positional encodings and length extrapolation. Config values can be "
+                    "overridden with --config.KEY=VALUE, e.g. --config.model.pe.type=alibi.")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (_, help_text) in COMMANDS.items():
+        sub = subparsers.add_parser(name, help=help_text, description=help_text,
+                                    allow_abbrev=False)
+        if name == command:
+            module = _load(name)
+            module.add_arguments(sub)
+            sub.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``pe-research`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    parser = build_parser(command if command in COMMANDS else None)
+    try:
+        overrides, rest = collect_overrides(argv)
+    except ConfigError as error:
+        parser.error(str(error))
+    args = parser.parse_args(rest)
+    args.config_overrides = overrides
+    try:
+        return int(args.run(args) or 0)
+    except ConfigError as error:
+        print(f"pe-research {args.command}: config error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""Devices, the ``data`` mesh, and multi-host start-up."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+DATA_AXIS = "data"
+DISTRIBUTED_ENV = "PE_RESEARCH_DISTRIBUTED"
+
+
+def maybe_initialize_distributed(enabled: bool) -> None:
+    """``jax.distributed.initialize()`` (cluster auto-detection) when asked for, once.
+
+    Asked for by ``config.distributed`` or ``PE_RESEARCH_DISTRIBUTED=1``. The coordinator address,
+    process count and id come from the cluster (TPU pod, SLURM, Open MPI) or from
+    ``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID``.
+    """
+    wanted = enabled or os.environ.get(DISTRIBUTED_ENV, "") not in ("", "0", "false")
+    if wanted and not jax.distributed.is_initialized():
+        jax.distributed.initialize(
+            coordinator_address=os.environ.get("JAX_COORDINATOR_ADDRESS"),
+            num_processes=_env_int("JAX_NUM_PROCESSES"),
+            process_id=_env_int("JAX_PROCESS_ID"),
+        )
+
+
+def sync_processes(name: str) -> None:
+    """Barrier across processes (a no-op with one process)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name)
+    return None if value in (None, "") else int(value)
+
+
+def data_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """A 1-D mesh with axis ``data`` over ``devices`` (default: every device of every process)."""
+    devices = jax.devices() if devices is None else list(devices)
+    return Mesh(np.asarray(devices), (DATA_AXIS,))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    """Every device holds the whole array (parameters, optimizer state, metrics)."""
+    return NamedSharding(mesh, PartitionSpec())
+
+
+def batch_sharded(mesh: Mesh) -> NamedSharding:
+    """The leading (batch) axis split over ``data``."""
+    return NamedSharding(mesh, PartitionSpec(DATA_AXIS))
+
+
+def to_host(x: jax.Array) -> np.ndarray:
+    """A replicated array's value on this host (works when other hosts hold copies too)."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        return np.asarray(x.addressable_data(0))
+    return np.asarray(x)

@@ -1,0 +1,199 @@
+"""Metric writers behind one interface: JSONL (always, the source of truth), W&B, null.
+
+Only process 0 writes. W&B is optional at run time: if it cannot start or log (not installed, no
+network, bad entity), one warning is printed and the run goes on with the JSONL writer alone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+WANDB_MODES = ("offline", "online", "disabled")
+METRICS_FILE = "metrics.jsonl"
+WANDB_ID_FILE = "wandb_run_id"
+
+
+class Writer(Protocol):
+    """What the training loop and evaluators write metrics through."""
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None: ...
+
+    def log_hparams(self, hparams: Mapping[str, Any]) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+class NullWriter:
+    """Writes nothing (non-zero processes)."""
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
+        pass
+
+    def log_hparams(self, hparams: Mapping[str, Any]) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+def _json_value(value: Any) -> Any:
+    """Plain JSON: floats stay floats, NaN/Inf become strings so the file stays valid JSON."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+class JsonlWriter:
+    """One JSON object per ``log`` call in ``metrics.jsonl``: ``{"step", "time", **metrics}``.
+
+    ``resume_step`` drops records written after it by an interrupted run, so a resumed run's
+    file has each step once.
+    """
+
+    def __init__(self, path: str | Path, resume_step: int | None = None):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_step is not None and self.path.exists():
+            kept = [line for line in self.path.read_text().splitlines()
+                    if line.strip() and json.loads(line).get("step", 0) <= resume_step]
+            self.path.write_text("".join(line + "\n" for line in kept))
+        elif resume_step is None and self.path.exists():
+            self.path.unlink()
+        self.file = self.path.open("a")
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
+        record = {"step": int(step), "time": time.time()}
+        record.update({key: _json_value(value) for key, value in metrics.items()})
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+
+    def log_hparams(self, hparams: Mapping[str, Any]) -> None:
+        pass  # config.json beside the metrics holds them
+
+    def finish(self) -> None:
+        self.file.close()
+
+
+class WandbWriter:
+    """A W&B run (offline by default) in ``run_dir/wandb``; any W&B failure disables it once."""
+
+    def __init__(self, run_dir: str | Path, mode: str, project: str, entity: str = "",
+                 group: str = "", tags: Sequence[str] = (), name: str = "",
+                 config: Mapping[str, Any] | None = None):
+        self.run = None
+        try:
+            import wandb
+
+            run_dir = Path(run_dir)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            id_file = run_dir / WANDB_ID_FILE
+            run_id = id_file.read_text().strip() if id_file.exists() else secrets.token_hex(4)
+            self.run = wandb.init(
+                mode=mode, project=project, entity=entity or None, group=group or None,
+                tags=list(tags) or None, name=name or run_dir.name, config=dict(config or {}),
+                dir=str(run_dir), id=run_id, resume="allow", reinit="create_new",
+            )
+            id_file.write_text(run_id)
+        except Exception as error:  # noqa: BLE001 - W&B must never stop training
+            self._fail(error)
+
+    @property
+    def run_path(self) -> str | None:
+        """The local W&B run directory (what ``wandb sync`` takes), or None if W&B is off."""
+        return None if self.run is None else str(Path(self.run.dir).parent)
+
+    def _fail(self, error: Exception) -> None:
+        warnings.warn(f"W&B disabled for this run ({type(error).__name__}: {error}); "
+                      "metrics are still written to metrics.jsonl", stacklevel=3)
+        self.run = None
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
+        if self.run is None:
+            return
+        try:
+            self.run.log({key: value.item() if hasattr(value, "item") else value
+                          for key, value in metrics.items()}, step=step)
+        except Exception as error:  # noqa: BLE001
+            self._fail(error)
+
+    def log_hparams(self, hparams: Mapping[str, Any]) -> None:
+        if self.run is None:
+            return
+        try:
+            self.run.config.update(dict(hparams), allow_val_change=True)
+        except Exception as error:  # noqa: BLE001
+            self._fail(error)
+
+    def finish(self) -> None:
+        if self.run is None:
+            return
+        try:
+            self.run.finish()
+        except Exception as error:  # noqa: BLE001
+            self._fail(error)
+
+
+class MultiWriter:
+    """Fans every call out to several writers."""
+
+    def __init__(self, writers: Sequence[Writer]):
+        self.writers = list(writers)
+
+    def log(self, step: int, metrics: Mapping[str, float]) -> None:
+        for writer in self.writers:
+            writer.log(step, metrics)
+
+    def log_hparams(self, hparams: Mapping[str, Any]) -> None:
+        for writer in self.writers:
+            writer.log_hparams(hparams)
+
+    def finish(self) -> None:
+        for writer in self.writers:
+            writer.finish()
+
+    @property
+    def wandb_run_path(self) -> str | None:
+        """The local W&B run directory if a W&B writer is active."""
+        for writer in self.writers:
+            if isinstance(writer, WandbWriter):
+                return writer.run_path
+        return None
+
+
+def wandb_mode(configured: str) -> str:
+    """``WANDB_MODE`` from the environment wins over the config (W&B's own convention)."""
+    mode = os.environ.get("WANDB_MODE", "").strip().lower() or configured
+    # W&B also accepts 'dryrun'/'run'; map them onto the three modes we document.
+    return {"dryrun": "offline", "run": "online"}.get(mode, mode)
+
+
+def make_writer(wandb_cfg: Mapping[str, Any], run_dir: str | Path, *, process_index: int = 0,
+                resume_step: int | None = None,
+                hparams: Mapping[str, Any] | None = None) -> MultiWriter | NullWriter:
+    """JSONL (+ W&B unless disabled) on process 0; a NullWriter elsewhere."""
+    if process_index != 0:
+        return NullWriter()
+    writers: list[Writer] = [JsonlWriter(Path(run_dir) / METRICS_FILE, resume_step)]
+    mode = wandb_mode(wandb_cfg["mode"])
+    if mode != "disabled":
+        writers.append(WandbWriter(
+            run_dir, mode, project=wandb_cfg["project"], entity=wandb_cfg["entity"],
+            group=wandb_cfg["group"], tags=tuple(wandb_cfg["tags"]), name=wandb_cfg["name"],
+            config=hparams))
+    return MultiWriter(writers)
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Every record of a run's ``metrics.jsonl``, in order."""
+    path = Path(run_dir) / METRICS_FILE
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -1,0 +1,234 @@
+"""The training loop: ``train(config, workdir)``. The CLI only parses arguments and calls it.
+
+One jitted step over a ``data`` mesh (batch sharded, parameters replicated). Step N is dispatched
+before step N-1's metrics are read, so the host prepares the next batch while the device works.
+Every step's loss and gradient norm are checked: NaN/Inf stops the run before any checkpoint of
+that step is written. Running again on the same ``workdir`` resumes from the newest good
+checkpoint and reproduces an uninterrupted run bit for bit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import ml_collections
+from jax.sharding import Mesh
+from tqdm import tqdm
+
+from pe_research import data
+from pe_research.checkpoint import CHECKPOINT_DIR, Checkpointer, abstract_like
+from pe_research.config import CONFIG_FILE, save_config, to_dict
+from pe_research.errors import ConfigError
+from pe_research.mesh import (
+    data_mesh,
+    maybe_initialize_distributed,
+    replicated,
+    sync_processes,
+    to_host,
+)
+from pe_research.steps import make_steps
+from pe_research.tasks import VOCABULARY_FILE, Vocabulary, get_task
+from pe_research.tracking import make_writer
+from pe_research.train_eval import PeriodicEvaluator
+from pe_research.train_state import build_model, learning_rate_schedule, make_optimizer
+from pe_research.validation import best_mode, validate_config
+
+# Keys that may change when an existing run directory is trained further.
+RESUMABLE_CHANGES = ("train.steps", "train.log_every", "train.eval_every",
+                     "train.checkpoint_every", "wandb.")
+
+
+class DivergedError(RuntimeError):
+    """Loss or gradients became NaN/Inf; the last good checkpoint is left untouched."""
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """Where a finished run lives and how it went."""
+
+    run_dir: Path
+    step: int
+    compilations: int
+    steps_per_second: float
+    metrics: dict[str, float]
+    checkpoint_dir: Path
+    wandb_run: str | None
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def prepare_run_dir(config: ml_collections.ConfigDict, run_dir: Path, task: Any) -> None:
+    """Refuse a run directory trained with a different config; write config.json + vocabulary."""
+    path = run_dir / CONFIG_FILE
+    if path.exists():
+        old, new = _flat(json.loads(path.read_text())), _flat(to_dict(config))
+        for key in sorted(set(old) | set(new)):
+            if old.get(key) != new.get(key) and not key.startswith(RESUMABLE_CHANGES):
+                raise ConfigError(key, new.get(key), f"{run_dir} was trained with {key}="
+                                  f"{old.get(key)!r}; use another --workdir to change it")
+    sync_processes("pe_research_run_dir_checked")  # every process has read before any writes
+    if jax.process_index() == 0:
+        save_config(config, run_dir)
+        task.vocabulary.save(run_dir)
+    sync_processes("pe_research_run_dir_written")
+
+
+def check_divisible(config: ml_collections.ConfigDict, mesh: Mesh) -> None:
+    """Batches split evenly over the devices of the mesh."""
+    for key in ("data.batch_size", "eval.batch_size"):
+        block, name = key.split(".")
+        if config[block][name] % mesh.size:
+            raise ConfigError(key, config[block][name],
+                              f"must be a multiple of the {mesh.size} devices in use")
+
+
+def train(config: ml_collections.ConfigDict, workdir: str | Path, *,
+          mesh: Mesh | None = None) -> TrainResult:
+    """Train (or resume) the run in ``workdir``; returns when ``train.steps`` are done."""
+    maybe_initialize_distributed(config.distributed)
+    validate_config(config)
+    run_dir = Path(workdir).absolute()
+    # A resumed run keeps its vocabulary (dataset tasks build theirs from the training split).
+    vocabulary = Vocabulary.load(run_dir) if (run_dir / VOCABULARY_FILE).exists() else None
+    task = get_task(config.task.to_dict(), config.data.to_dict(), vocabulary=vocabulary)
+    mesh = mesh or data_mesh()
+    check_divisible(config, mesh)
+    prepare_run_dir(config, run_dir, task)
+
+    optimizer = make_optimizer(config.train)
+    steps, params = make_steps(build_model(config, task.vocabulary.size), optimizer,
+                               config.seed, mesh)
+    params = jax.device_put(params, replicated(mesh))
+    opt_state = jax.device_put(optimizer.init(params), replicated(mesh))
+
+    best_metric = config.train.best_metric if config.train.eval_every else ""
+    checkpointer = Checkpointer(run_dir / CHECKPOINT_DIR, keep=config.train.keep_checkpoints,
+                                best_metric=best_metric, best_mode=best_mode(best_metric))
+    restored = checkpointer.restore_latest_good(
+        params=abstract_like(params, replicated(mesh)),
+        opt_state=abstract_like(opt_state, replicated(mesh)), quarantine=True)
+    start = 0
+    if restored is not None:
+        start, items = restored
+        params, opt_state = items["params"], items["opt_state"]
+
+    writer = make_writer(config.wandb, run_dir, process_index=jax.process_index(),
+                         resume_step=start if restored else None, hparams=to_dict(config))
+    evaluator = PeriodicEvaluator(config, task, mesh, steps, run_dir)
+    loop = _Loop(config, task, mesh, steps, checkpointer, writer, evaluator)
+    try:
+        params, opt_state, metrics = loop.run(params, opt_state, start)
+    finally:
+        checkpointer.close()
+        writer.finish()
+    return TrainResult(run_dir=run_dir, step=config.train.steps,
+                       compilations=steps.compilations, steps_per_second=loop.steps_per_second,
+                       metrics=metrics, checkpoint_dir=run_dir / CHECKPOINT_DIR,
+                       wandb_run=getattr(writer, "wandb_run_path", None))
+
+
+class _Loop:
+    """The step loop's state: metric window, timing, progress bar."""
+
+    def __init__(self, config, task, mesh, steps, checkpointer, writer, evaluator):
+        self.config, self.task, self.mesh, self.steps = config, task, mesh, steps
+        self.checkpointer, self.writer, self.evaluator = checkpointer, writer, evaluator
+        self.schedule = learning_rate_schedule(config.train)
+        self.window: dict[str, float] = {}
+        self.window_steps, self.steps_per_second = 0, 0.0
+        self.last_checkpoint: int | None = None
+
+    def batch(self, data_step: int) -> dict[str, jax.Array]:
+        local = data.train_batch(self.task, self.config.data, self.config.seed, data_step,
+                                 jax.process_index(), jax.process_count())
+        return data.global_batch(local, self.mesh)
+
+    def read(self, step: int, metrics: dict[str, jax.Array]) -> None:
+        """Bring step ``step``'s metrics to the host; stop on NaN/Inf."""
+        values = {key: float(to_host(value)) for key, value in metrics.items()}
+        if not (math.isfinite(values["loss"]) and math.isfinite(values["grad_norm"])):
+            self.writer.log(step, {"train/loss": values["loss"],
+                                   "train/grad_norm": values["grad_norm"], "diverged": 1})
+            kept = (f"the last good checkpoint is step {self.last_checkpoint} in "
+                    f"{self.checkpointer.directory}" if self.last_checkpoint is not None
+                    else "no checkpoint was written")
+            raise DivergedError(
+                f"training diverged at step {step}: loss={values['loss']}, gradient norm="
+                f"{values['grad_norm']}; stopped before checkpointing it ({kept}). Try a "
+                f"smaller train.learning_rate (now {self.config.train.learning_rate}) or "
+                f"train.clip_norm > 0.")
+        for key, value in values.items():
+            self.window[key] = self.window.get(key, 0.0) + value
+        self.window_steps += 1
+
+    def run(self, params, opt_state, start: int):
+        train_cfg = self.config.train
+        total = train_cfg.steps
+        last_checkpoint = self.checkpointer.steps()
+        self.last_checkpoint = last_checkpoint[-1] if last_checkpoint else None
+        progress = tqdm(total=total, initial=start, desc="train", unit="step", smoothing=0.1,
+                        disable=jax.process_index() != 0, dynamic_ncols=True)
+        record: dict[str, float] = {}
+        window_start, pending = time.perf_counter(), None
+        for step in range(start + 1, total + 1):
+            # `step` counts updates; its batch is the data stream's entry `step - 1`.
+            params, opt_state, metrics = self.steps.train(
+                params, opt_state, self.batch(step - 1), step - 1)
+            if pending is not None:
+                self.read(*pending)
+                progress.update(1)
+            pending = (step, metrics)
+            log_due = step % train_cfg.log_every == 0 or step == total
+            eval_due = train_cfg.eval_every and (step % train_cfg.eval_every == 0
+                                                 or step == total)
+            save_due = step % train_cfg.checkpoint_every == 0 or step == total
+            if not (log_due or eval_due or save_due):
+                continue
+            self.read(*pending)
+            progress.update(1)
+            pending = None
+            record = {}
+            if log_due:
+                elapsed = time.perf_counter() - window_start
+                self.steps_per_second = self.window_steps / max(elapsed, 1e-9)
+                record = self.train_record(step)
+                progress.set_postfix(loss=f"{record['train/loss']:.4f}",
+                                     acc=f"{record['train/token_accuracy']:.3f}")
+            eval_metrics = self.evaluator(params) if eval_due else {}
+            record.update(eval_metrics)
+            self.writer.log(step, record)
+            if save_due:
+                self.save(step, params, opt_state, eval_metrics)
+            window_start = time.perf_counter()  # evaluation and saving are not training speed
+        progress.close()
+        return params, opt_state, record
+
+    def train_record(self, step: int) -> dict[str, float]:
+        record = {f"train/{key}": value / self.window_steps for key, value in self.window.items()}
+        record["train/learning_rate"] = float(self.schedule(step - 1))
+        record["train/steps_per_second"] = self.steps_per_second
+        record["train/compilations"] = self.steps.compilations
+        self.window, self.window_steps = {}, 0
+        return record
+
+    def save(self, step: int, params, opt_state, eval_metrics: dict[str, float]) -> None:
+        meta = {"step": step, "data_step": step, "seed": self.config.seed,
+                "vocab_size": self.task.vocabulary.size,
+                "compilations": self.steps.compilations}
+        self.checkpointer.save(step, params=params, opt_state=opt_state, meta=meta,
+                               config=to_dict(self.config), metrics=eval_metrics or None)
+        self.last_checkpoint = step

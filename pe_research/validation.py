@@ -1,0 +1,179 @@
+"""Validate a whole config before anything is compiled: every key, type and value.
+
+Each failure is one ``ConfigError`` naming the key, the bad value and what is valid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import ml_collections
+
+from pe_research.config import BLOCK_DEFAULTS, MODEL_DEFAULTS, TOP_LEVEL_DEFAULTS
+from pe_research.errors import ConfigError
+from pe_research.tracking import WANDB_MODES
+
+SCHEDULES = ("constant", "cosine")
+LENGTH_SAMPLING = ("per_batch", "mixed")
+EVAL_METRICS = ("loss", "token_accuracy", "sequence_accuracy")
+CHECKPOINT_CHOICES = ("best", "latest")
+
+
+def best_metric_choices(train_cfg: Mapping[str, Any]) -> list[str]:
+    """Metric names a checkpoint can be ranked by: in distribution, or at an eval length."""
+    prefixes = ["eval"] + [f"eval_length_{n}" for n in train_cfg["eval_lengths"]]
+    return [f"{prefix}/{metric}" for prefix in prefixes for metric in EVAL_METRICS]
+
+
+def best_mode(metric: str) -> str:
+    """'min' for losses, 'max' for accuracies."""
+    return "min" if metric.endswith("loss") else "max"
+
+
+def validate_config(config: ml_collections.ConfigDict) -> None:
+    """Raise ``ConfigError`` for the first key that cannot work; return None if all is well."""
+    _check_keys("", config, {**TOP_LEVEL_DEFAULTS, **{k: {} for k in BLOCK_DEFAULTS},
+                             "task": {}, "model": {}})
+    for key, default in TOP_LEVEL_DEFAULTS.items():
+        _check_type(key, config[key], default)
+    for name, defaults in BLOCK_DEFAULTS.items():
+        _check_keys(name, config[name], defaults)
+        for key, default in defaults.items():
+            _check_type(f"{name}.{key}", config[name][key], default)
+    _check_data(config.data)
+    _check_train(config.train)
+    _check_eval(config.eval)
+    _check_wandb(config.wandb)
+    task = _check_task(config)
+    _check_model(config, task.vocabulary.size)
+    _check_lengths(config, task)
+
+
+def _check_keys(prefix: str, block: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
+    for key in block:
+        if key not in defaults:
+            where = f"{prefix}.{key}" if prefix else key
+            raise ConfigError(where, block[key],
+                              f"not a config key; valid keys here are {sorted(defaults)}")
+
+
+def _check_type(key: str, value: Any, default: Any) -> None:
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+    elif isinstance(default, tuple):
+        ok = isinstance(value, tuple | list)
+    else:
+        ok = isinstance(value, type(default))
+    if not ok:
+        raise ConfigError(key, value, f"expected {type(default).__name__} like {default!r}")
+
+
+def _positive_ints(key: str, values: Sequence[Any]) -> None:
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(key, tuple(values), "a tuple of positive integers")
+
+
+def _choice(key: str, value: Any, choices: Sequence[Any]) -> None:
+    if value not in choices:
+        raise ConfigError(key, value, f"choose one of {tuple(choices)}")
+
+
+def _at_least(key: str, value: float, minimum: float) -> None:
+    if value < minimum:
+        raise ConfigError(key, value, f"must be >= {minimum}")
+
+
+def _check_data(data: Mapping[str, Any]) -> None:
+    lengths = tuple(data["train_lengths"])
+    if len(lengths) != 2:
+        raise ConfigError("data.train_lengths", lengths, "a pair (min, max) of task lengths")
+    _positive_ints("data.train_lengths", lengths)
+    if lengths[0] > lengths[1]:
+        raise ConfigError("data.train_lengths", lengths, "min must not exceed max")
+    _choice("data.length_sampling", data["length_sampling"], LENGTH_SAMPLING)
+    _at_least("data.batch_size", data["batch_size"], 1)
+    buckets = tuple(data["buckets"])
+    _positive_ints("data.buckets", buckets)
+    if not buckets or list(buckets) != sorted(set(buckets)):
+        raise ConfigError("data.buckets", buckets, "a non-empty, strictly increasing tuple")
+    _at_least("data.eval_samples", data["eval_samples"], 1)
+
+
+def _check_train(train: Mapping[str, Any]) -> None:
+    for key in ("steps", "log_every", "checkpoint_every", "keep_checkpoints", "eval_batches"):
+        _at_least(f"train.{key}", train[key], 1)
+    for key in ("warmup_steps", "eval_every", "weight_decay", "clip_norm"):
+        _at_least(f"train.{key}", train[key], 0)
+    if not train["learning_rate"] > 0:
+        raise ConfigError("train.learning_rate", train["learning_rate"], "must be > 0")
+    _choice("train.schedule", train["schedule"], SCHEDULES)
+    _positive_ints("train.eval_lengths", tuple(train["eval_lengths"]))
+    if train["best_metric"]:  # ignored when train.eval_every is 0 (no metric to rank by)
+        _choice("train.best_metric", train["best_metric"], best_metric_choices(train) + [""])
+
+
+def _check_eval(evaluation: Mapping[str, Any]) -> None:
+    _positive_ints("eval.lengths", tuple(evaluation["lengths"]))
+    _at_least("eval.batch_size", evaluation["batch_size"], 1)
+    checkpoint = evaluation["checkpoint"]
+    if checkpoint not in CHECKPOINT_CHOICES and not checkpoint.isdigit():
+        raise ConfigError("eval.checkpoint", checkpoint, "'best', 'latest' or a step number")
+
+
+def _check_wandb(wandb_cfg: Mapping[str, Any]) -> None:
+    _choice("wandb.mode", wandb_cfg["mode"], WANDB_MODES)
+    if not wandb_cfg["project"]:
+        raise ConfigError("wandb.project", wandb_cfg["project"], "a non-empty project name")
+    if not all(isinstance(tag, str) for tag in wandb_cfg["tags"]):
+        raise ConfigError("wandb.tags", tuple(wandb_cfg["tags"]), "a tuple of strings")
+
+
+def _check_task(config: ml_collections.ConfigDict):
+    from pe_research.config import default_task_block
+    from pe_research.tasks import get_task
+
+    defaults = default_task_block(config.task.get("name", ""))
+    _check_keys("task", config.task, defaults)
+    for key, default in defaults.items():
+        _check_type(f"task.{key}", config.task[key], default)
+    return get_task(config.task.to_dict(), config.data.to_dict())
+
+
+def _check_model(config: ml_collections.ConfigDict, vocab_size: int) -> None:
+    from pe_research.model.config import ModelConfig
+
+    if "vocab_size" in config.model:
+        raise ConfigError("model.vocab_size", config.model.vocab_size,
+                          "set by the task's vocabulary; remove this key")
+    _check_keys("model", config.model, {**MODEL_DEFAULTS, "pe": {}})
+    for key, default in MODEL_DEFAULTS.items():
+        _check_type(f"model.{key}", config.model[key], default)
+    ModelConfig.from_mapping({**config.model.to_dict(), "vocab_size": vocab_size})
+
+
+def _check_lengths(config: ml_collections.ConfigDict, task) -> None:
+    """Lengths the task can make, buckets that hold them, positions the scheme can encode."""
+    from pe_research.data import bucket_length, check_data_config
+    from pe_research.positional.randomize import check_randomize
+    from pe_research.positional.registry import scheme_class
+
+    if config.train.eval_lengths:
+        task.check_lengths(config.train.eval_lengths, "train.eval_lengths")
+    if config.eval.lengths:
+        task.check_lengths(config.eval.lengths, "eval.lengths")
+    lengths = sorted({*config.train.eval_lengths, *config.eval.lengths})
+    check_data_config(task, config.data.to_dict(), lengths)
+    low, high = config.data.train_lengths
+    source, target = task.widest(range(low, max([high, *lengths]) + 1))
+    longest = max(source, target + 1)  # the target side carries BOS/EOS
+    padded = max(bucket_length(source, config.data.buckets),
+                 bucket_length(target + 1, config.data.buckets))
+    pe = config.model.pe.to_dict()
+    scheme_class(pe["type"]).check_positions(pe, padded)
+    check_randomize(pe, longest)

@@ -1,0 +1,117 @@
+"""Shared fixtures: a tiny training config, the real CLI in a subprocess, a trained run."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from filelock import FileLock
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_CONFIG = REPO / "configs" / "default.py"
+
+# configs/default.py shrunk to seconds: reverse a binary string of length 1-8, d_model 16.
+TINY_OVERRIDES = (
+    "--config.task.name=reverse_string",
+    "--config.data.train_lengths=(1, 8)",
+    "--config.data.batch_size=16",
+    "--config.data.buckets=(8, 16, 32)",
+    "--config.data.eval_samples=16",
+    "--config.model.d_model=16",
+    "--config.model.num_heads=2",
+    "--config.model.num_encoder_layers=1",
+    "--config.model.num_decoder_layers=1",
+    "--config.model.d_ff=32",
+    "--config.train.steps=40",
+    "--config.train.warmup_steps=5",
+    "--config.train.learning_rate=3e-3",
+    "--config.train.log_every=10",
+    "--config.train.eval_every=20",
+    "--config.train.eval_batches=2",
+    "--config.train.checkpoint_every=20",
+    "--config.train.eval_lengths=(12,)",
+    "--config.eval.lengths=(4, 8, 12, 16)",
+    "--config.eval.batch_size=16",
+)
+
+
+def tiny_overrides(**changes: object) -> list[str]:
+    """``TINY_OVERRIDES`` with some keys replaced, e.g. ``tiny_overrides(**{'train.steps': 8})``."""
+    overrides = {text.split("=", 1)[0]: text for text in TINY_OVERRIDES}
+    for key, value in changes.items():
+        overrides[f"--config.{key}"] = f"--config.{key}={value}"
+    return list(overrides.values())
+
+
+def cli_command() -> list[str]:
+    """The installed ``pe-research`` console script (or the module when not installed)."""
+    script = Path(sys.executable).parent / "pe-research"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "pe_research.cli"]
+
+
+# Child processes of one test session share compiled executables (they train the same tiny model).
+JAX_CACHE_DIR = Path(tempfile.gettempdir()) / f"pe_research_tests_jax_cache_{os.getuid()}"
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The test environment for child processes, without any XLA device-count override."""
+    env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
+    env.setdefault("WANDB_SILENT", "true")
+    env.setdefault("JAX_COMPILATION_CACHE_DIR", str(JAX_CACHE_DIR))
+    env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+    env.update(extra)
+    return env
+
+
+def run_train(workdir: Path, overrides: Sequence[str], *, config: Path = DEFAULT_CONFIG,
+              env: dict[str, str] | None = None, timeout: float = 240,
+              check: bool = True) -> subprocess.CompletedProcess:
+    """``pe-research train`` in a child process; output captured."""
+    command = [*cli_command(), "train", "--config", str(config), "--workdir", str(workdir),
+               *overrides]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                            env=env or subprocess_env(), cwd=REPO)
+    if check and result.returncode != 0:
+        raise AssertionError(f"pe-research train failed ({result.returncode}):\n"
+                             f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
+    return result
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainedRun:
+    """A finished run of the tiny config and what `pe-research train` printed for it."""
+
+    run_dir: Path
+    stdout: str
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> TrainedRun:
+    """The tiny config trained for 40 steps through `pe-research train` (W&B offline).
+
+    Checkpoints at steps 20 and 40, evaluation at 20 and 40 (in distribution and length 12).
+    Trained once per test session and shared by the xdist workers through a file lock; treat
+    it as read-only (copy it to change it).
+    """
+    base = tmp_path_factory.getbasetemp()
+    root = base if worker_id == "master" else base.parent
+    run_dir, output = root / "trained_tiny_run", root / "trained_tiny_run.stdout"
+    with FileLock(str(root / "trained_tiny_run.lock")):
+        if not output.exists():
+            env = subprocess_env()
+            env.pop("WANDB_MODE", None)
+            result = run_train(run_dir, tiny_overrides(**{"wandb.mode": "offline"}), env=env)
+            output.write_text(result.stdout)
+    return TrainedRun(run_dir=run_dir, stdout=output.read_text())
+
+
+@pytest.fixture(scope="session")
+def trained_run_dir(trained_run: TrainedRun) -> Path:
+    """The run directory of ``trained_run`` (config.json, metrics.jsonl, checkpoints/, wandb/)."""
+    return trained_run.run_dir

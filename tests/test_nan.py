@@ -1,0 +1,41 @@
+"""A diverging run stops with a clear message and leaves its last good checkpoint intact."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from conftest import run_train, tiny_overrides
+from flax import nnx
+
+from pe_research.checkpoint import restore_model
+from pe_research.tracking import read_metrics
+
+
+@pytest.mark.slow
+def test_huge_learning_rate_stops_before_checkpointing_nan(tmp_path):
+    run_dir = tmp_path / "run"
+    # Adam moves every weight by ~lr per step; at 1e5 the activations overflow after a few steps.
+    overrides = tiny_overrides(**{
+        "train.learning_rate": 1e5, "train.warmup_steps": 0, "train.clip_norm": 0.0,
+        "train.steps": 20, "train.checkpoint_every": 2, "train.eval_every": 0,
+        "wandb.mode": "disabled"})
+    result = run_train(run_dir, overrides, check=False)
+
+    assert result.returncode == 1, result.stderr[-2000:]
+    message = next(line for line in result.stderr.splitlines() if "diverged" in line)
+    diverged_at = int(message.split("diverged at step ")[1].split(":")[0])
+    assert 2 < diverged_at < 20
+    assert "stopped before checkpointing it" in message
+    assert "train.learning_rate" in message
+
+    steps = sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit())
+    assert steps and max(steps) < diverged_at
+    assert max(steps) == (diverged_at - 1) // 2 * 2  # the last scheduled save before it
+    restored = restore_model(run_dir, "latest")
+    assert restored.step == max(steps)
+    leaves = jax.tree.leaves(nnx.state(restored.model, nnx.Param))
+    assert all(np.isfinite(np.asarray(leaf)).all() for leaf in leaves)
+
+    last = read_metrics(run_dir)[-1]
+    assert last["step"] == diverged_at and last["diverged"] == 1

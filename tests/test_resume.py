@@ -1,0 +1,68 @@
+"""Resume: 2N steps straight == N steps, process killed, rerun of the same command."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+import jax
+import numpy as np
+import pytest
+from conftest import DEFAULT_CONFIG, REPO, cli_command, run_train, subprocess_env, tiny_overrides
+from flax import nnx
+
+from pe_research.checkpoint import Checkpointer, restore_model
+from pe_research.tracking import read_metrics
+
+TOTAL = 200
+EVERY = 20
+# Dropout on, so the explicit per-step dropout keys are part of what must line up.
+OVERRIDES = tiny_overrides(**{
+    "train.steps": TOTAL, "train.checkpoint_every": EVERY, "train.log_every": EVERY,
+    "train.eval_every": 0, "model.dropout_rate": 0.1,
+    "data.length_sampling": "mixed", "wandb.mode": "disabled"})
+
+
+def _params(run_dir) -> list[np.ndarray]:
+    model = restore_model(run_dir, "latest").model
+    return [np.asarray(leaf) for leaf in jax.tree.leaves(nnx.state(model, nnx.Param))]
+
+
+def _kill_after_first_checkpoint(run_dir) -> int:
+    """Start training, SIGKILL it once a checkpoint exists; the step it was killed after."""
+    command = [*cli_command(), "train", "--config", str(DEFAULT_CONFIG), "--workdir",
+               str(run_dir), *OVERRIDES]
+    process = subprocess.Popen(command, env=subprocess_env(), cwd=REPO,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    checkpoints = run_dir / "checkpoints"
+    deadline = time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline and process.poll() is None:
+            if checkpoints.exists() and any(p.name.isdigit() for p in checkpoints.iterdir()):
+                break
+            time.sleep(0.02)
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.wait()
+    assert process.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    steps = Checkpointer(checkpoints, read_only=True).steps()
+    assert steps and steps[-1] < TOTAL
+    return steps[-1]
+
+
+@pytest.mark.slow
+def test_killed_and_resumed_run_is_bit_identical(tmp_path):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    run_train(straight, OVERRIDES)
+    killed_at = _kill_after_first_checkpoint(resumed)
+    run_train(resumed, OVERRIDES)  # the same command again: resumes from the latest checkpoint
+
+    assert killed_at < TOTAL
+    for a, b in zip(_params(straight), _params(resumed), strict=True):
+        np.testing.assert_array_equal(a, b)
+    straight_losses = {r["step"]: r["train/loss"] for r in read_metrics(straight)}
+    resumed_records = read_metrics(resumed)
+    resumed_losses = {r["step"]: r["train/loss"] for r in resumed_records}
+    assert resumed_losses == straight_losses  # every logged window, including after the resume
+    assert [r["step"] for r in resumed_records] == sorted({r["step"] for r in resumed_records})
