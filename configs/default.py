@@ -30,6 +30,6 @@ def get_config():
     config.train.eval_every = 250
     config.train.checkpoint_every = 500
     config.train.eval_lengths = (24, 32, 48)
-    config.eval.lengths = (8, 16, 24, 32, 48, 64, 96, 128)
+    config.eval.lengths = (2, 4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 64)
     config.wandb.group = "default"
     return config

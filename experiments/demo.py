@@ -35,6 +35,19 @@ def last_eval(records: list[dict]) -> dict:
     return next((r for r in reversed(records) if "eval/sequence_accuracy" in r), {})
 
 
+def evaluate_and_compare(run_dirs: list[Path], out_dir: Path) -> dict[str, Path]:
+    """Decode every run over its config's eval lengths, then overlay the curves."""
+    from pe_research.compare import compare_runs
+    from pe_research.eval_results import evaluate_and_write
+
+    for run_dir in run_dirs:
+        print(f"\n== evaluating {run_dir.name} (greedy decoding with the key/value cache)",
+              flush=True)
+        _, _, paths = evaluate_and_write(run_dir, checkpoint="latest")
+        print(f"    curve: {paths['png']}")
+    return compare_runs(run_dirs, out_dir)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from pe_research.config import load_config
@@ -80,8 +93,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"    checkpoints:   {result.checkpoint_dir}")
         print(f"    metrics:       {result.run_dir / 'metrics.jsonl'}")
         print(f"    W&B (offline): {result.wandb_run or 'disabled'}")
-    print("\nSync the W&B runs later with `wandb sync <W&B path>`; compare the runs with "
-          f"`pe-research compare {args.root}/*`.")
+    comparison = evaluate_and_compare([result.run_dir for _, result, _, _ in rows],
+                                      args.root / "comparison")
+    print("\nDecoded exact match over lengths (pe-research eval, then pe-research compare):")
+    print(comparison["markdown"].read_text())
+    print(f"  comparison plot:  {comparison['png']}")
+    print(f"  comparison table: {comparison['markdown']} and {comparison['csv']}")
+    print("\nSync the W&B runs later with `wandb sync <W&B path>`.")
     print(f"Demo wall time: {time.perf_counter() - started:.0f} s")
     return 0
 

@@ -1,0 +1,202 @@
+"""How attention uses content and position: self-attention logits split into additive terms.
+
+For a self-attention layer whose input splits as ``X = Xc + Xp`` (``streams.py``: content +
+position part, after the LayerNorm in pre-LN models), queries and keys are linear without bias,
+so the unscaled logits split into four terms, per head:
+
+    (Xc + Xp) Wq Wk^T (Xc + Xp)^T
+        = Xc Wq Wk^T Xc^T   (token_token)       + Xc Wq Wk^T Xp^T   (token_position)
+        + Xp Wq Wk^T Xc^T   (position_token)    + Xp Wq Wk^T Xp^T   (position_position)
+
+A scheme that adds no position vectors has one such term, ``content`` = (X Wq)(X Wk)^T. Where
+the scheme acts inside this attention (``kind in scheme.acts_in``) two more terms appear:
+
+* ``qk_transform``: q.k after the scheme's q/k transform minus q.k before it (rope: rotated minus
+  unrotated), i.e. everything the transform changes;
+* ``bias``: the scheme's logit bias times sqrt(head_dim). The model adds the bias after the
+  1/sqrt(head_dim) scale, so in the unscaled units of the other terms it weighs sqrt(head_dim) more.
+
+All terms are in unscaled dot-product units, and they sum to
+``q.k + sqrt(head_dim) * bias = sqrt(head_dim) * (the logits the softmax receives)``. A scheme that
+computes attention itself (the ``explicit_attention`` hook, e.g. CoPE) may add logit terms from
+the mask or the weights that no hook exposes; such layers carry a ``note`` saying so.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from pe_research.analysis.streams import AttentionSite, trace_decoder, trace_encoder
+from pe_research.analysis.vectors import HIGHEST
+from pe_research.model import Seq2SeqTransformer
+from pe_research.positional.base import PositionalScheme
+
+ADDITIVE_TERMS = ("token_token", "token_position", "position_token", "position_position")
+TERM_DESCRIPTIONS = {
+    "token_token": "(Xc Wq)(Xc Wk)^T: content queries . content keys",
+    "token_position": "(Xc Wq)(Xp Wk)^T: content queries . position keys",
+    "position_token": "(Xp Wq)(Xc Wk)^T: position queries . content keys",
+    "position_position": "(Xp Wq)(Xp Wk)^T: position queries . position keys",
+    "content": "(X Wq)(X Wk)^T: q.k without any positional transform or bias",
+    "qk_transform": "q.k after the scheme's q/k transform minus before it (rope: rotated - "
+                    "unrotated)",
+    "bias": "the scheme's logit bias (its logit_bias hook) x sqrt(head_dim); the logits without "
+            "bias are the other terms",
+}
+TERM_ORDER = (*ADDITIVE_TERMS, "content", "qk_transform", "bias")
+UNITS = ("unscaled dot-product units: the terms sum to q.k + sqrt(head_dim) * bias, i.e. "
+         "sqrt(head_dim) times the logits the softmax receives (before masking)")
+
+
+def qk_logits(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array) -> jax.Array:
+    """Unscaled dot products ``[B, H, T, S]`` in float32 at full precision."""
+    return jnp.einsum("bthd,bshd->bhts", q_BxTxHxD.astype(jnp.float32),
+                      k_BxSxHxD.astype(jnp.float32), precision=HIGHEST)
+
+
+def transforms_qk(scheme: PositionalScheme) -> bool:
+    """Whether the scheme overrides the q/k transform hook."""
+    return type(scheme).transform_qk is not PositionalScheme.transform_qk
+
+
+def attention_terms(site: AttentionSite) -> dict[str, jax.Array]:
+    """The additive terms ``[B, H, T, S]`` of one self-attention layer's logits (see module doc)."""
+    attention, content, position = site.attention, site.seen.content, site.seen.position
+    q_content, k_content = attention.query(content), attention.key(content)
+    if position is None:
+        terms = {"content": qk_logits(q_content, k_content)}
+        q, k = q_content, k_content
+    else:
+        q_position, k_position = attention.query(position), attention.key(position)
+        terms = {
+            "token_token": qk_logits(q_content, k_content),
+            "token_position": qk_logits(q_content, k_position),
+            "position_token": qk_logits(q_position, k_content),
+            "position_position": qk_logits(q_position, k_position),
+        }
+        q, k = q_content + q_position, k_content + k_position
+    scheme, kind = site.scheme, attention.kind
+    if kind in scheme.acts_in:
+        q_moved, k_moved = scheme.transform_qk(q, k, site.positions, site.positions, kind)
+        if transforms_qk(scheme):
+            terms["qk_transform"] = qk_logits(q_moved, k_moved) - qk_logits(q, k)
+        bias = scheme.logit_bias(q_moved, k_moved, site.positions, site.positions, kind)
+        if bias is not None:
+            terms["bias"] = bias.astype(jnp.float32) * math.sqrt(attention.head_dim)
+    return terms
+
+
+def overrides_explicit_attention(scheme: PositionalScheme) -> bool:
+    """Whether the scheme may compute attention itself (and so add terms beyond q.k + bias)."""
+    return type(scheme).explicit_attention is not PositionalScheme.explicit_attention
+
+
+EXPLICIT_NOTE = ("the scheme computes attention itself (explicit_attention hook); logit terms "
+                 "it adds from the mask or the attention weights are not in these terms, which "
+                 "sum to q.k + sqrt(head_dim) * bias")
+
+
+def term_statistics(terms: dict[str, jax.Array], mask_BxTxS: jax.Array) -> dict[str, Any]:
+    """Mean |term| per head over visible (query, key) pairs, and each term's share of the sum.
+
+    share[term][h] = mean|term|[h] / sum over terms of mean|term|[h] (shares of magnitude, so they
+    are in [0, 1] and add up to 1 even when terms cancel).
+    """
+    weights = np.asarray(mask_BxTxS, np.float64)[:, None]  # [B, 1, T, S]
+    count = np.maximum(weights.sum(axis=(0, 2, 3)), 1.0)
+    mean_abs = {name: np.sum(np.abs(np.asarray(t, np.float64)) * weights, axis=(0, 2, 3)) / count
+                for name, t in terms.items()}
+    total_H = np.maximum(sum(mean_abs.values()), 1e-30)
+    logits = np.sum([np.asarray(t, np.float64) for t in terms.values()], axis=0)
+    overall = {name: float(np.mean(v)) for name, v in mean_abs.items()}
+    overall_total = max(sum(overall.values()), 1e-30)
+    return {
+        "mean_abs": {name: v.tolist() for name, v in mean_abs.items()},
+        "share": {name: (v / total_H).tolist() for name, v in mean_abs.items()},
+        "mean_abs_all_heads": overall,
+        "share_all_heads": {name: v / overall_total for name, v in overall.items()},
+        "mean_abs_logits": (np.sum(np.abs(logits) * weights, axis=(0, 2, 3)) / count).tolist(),
+    }
+
+
+def describe(terms: dict[str, Any]) -> str:
+    """What a site's decomposition shows, from the terms it has."""
+    if "token_token" in terms:
+        shown = "four terms of (Xc+Xp) Wq Wk^T (Xc+Xp)^T"
+    else:
+        shown = "content term (the scheme adds no position vectors)"
+    extras = [name for name in ("qk_transform", "bias") if name in terms]
+    return shown + ("" if not extras else " and the positional part: " + ", ".join(extras))
+
+
+def all_site_terms(model: Seq2SeqTransformer, source_BxS: jax.Array, target_input_BxT: jax.Array,
+                   source_positions_BxS: jax.Array, target_positions_BxT: jax.Array,
+                   source_mask_BxS: jax.Array, target_mask_BxT: jax.Array,
+                   ) -> list[tuple[dict[str, jax.Array], jax.Array]]:
+    """``(terms, mask)`` of every self-attention layer, encoder layers first, then decoder."""
+    encoder_sites, encoded = trace_encoder(model, source_BxS, source_positions_BxS,
+                                           source_mask_BxS)
+    decoder_sites, _ = trace_decoder(model, target_input_BxT, target_positions_BxT,
+                                     encoded.total, source_positions_BxS, source_mask_BxS,
+                                     target_mask_BxT)
+    return [(attention_terms(site), site.mask) for site in encoder_sites + decoder_sites]
+
+
+# One compiled program per model structure and batch shape (eagerly, every op compiles apart).
+_all_site_terms_jit = nnx.jit(all_site_terms)
+
+
+def site_layers(model: Seq2SeqTransformer) -> list[tuple[str, int, Any, PositionalScheme]]:
+    """``(stack, layer, attention, scheme)`` of each self-attention, in ``all_site_terms`` order."""
+    sites = [("encoder", i, layer.self_attention, layer.own_pe or model.pe)
+             for i, layer in enumerate(model.encoder_layers)]
+    return sites + [("decoder", i, layer.self_attention, layer.own_pe or model.pe)
+                    for i, layer in enumerate(model.decoder_layers)]
+
+
+def decompose(model: Seq2SeqTransformer, batch: dict[str, Any], example: int = 0, *,
+              source_positions_BxS: Any = None, target_positions_BxT: Any = None,
+              ) -> list[dict[str, Any]]:
+    """Every encoder and decoder self-attention layer of ``model`` on ``batch`` (a Batch dict).
+
+    Positions default to ``0 .. n-1``. Returns one dict per layer: name, stack, layer, shown,
+    note, terms (names), statistics, and ``example``: each term's ``[H, T, S]`` map for one
+    example cut to its real length (with ``example_mask``, the visible pairs).
+    """
+    source = jnp.asarray(batch["source"])
+    target_input = jnp.asarray(batch["target_input"])
+    source_mask = jnp.asarray(batch["source_mask"], bool)
+    target_mask = jnp.asarray(batch["target_mask"], bool)
+    source_positions = (jnp.broadcast_to(jnp.arange(source.shape[1]), source.shape)
+                        if source_positions_BxS is None else jnp.asarray(source_positions_BxS))
+    target_positions = (
+        jnp.broadcast_to(jnp.arange(target_input.shape[1]), target_input.shape)
+        if target_positions_BxT is None else jnp.asarray(target_positions_BxT))
+    computed = _all_site_terms_jit(model, source, target_input, source_positions,
+                                   target_positions, source_mask, target_mask)
+    lengths = {"encoder": int(np.sum(np.asarray(source_mask)[example])),
+               "decoder": int(np.sum(np.asarray(target_mask)[example]))}
+    results = []
+    for (stack, layer, attention, scheme), (terms, mask) in zip(site_layers(model), computed,
+                                                                strict=True):
+        terms = {name: np.asarray(terms[name]) for name in TERM_ORDER if name in terms}
+        mask, length = np.asarray(mask), lengths[stack]
+        explicit = attention.kind in scheme.acts_in and overrides_explicit_attention(scheme)
+        results.append({
+            "name": f"{stack}_self/layer_{layer}",
+            "stack": stack,
+            "layer": layer,
+            "shown": describe(terms),
+            "note": EXPLICIT_NOTE if explicit else "",
+            "terms": list(terms),
+            "statistics": term_statistics(terms, mask),
+            "example": {name: t[example, :, :length, :length] for name, t in terms.items()},
+            "example_mask": mask[example, :length, :length],
+        })
+    return results

@@ -1,0 +1,224 @@
+"""Run every analysis, build its figures, write PNGs + one JSON (+ the raw arrays), log to W&B.
+
+``analysis.json`` holds every number and, under ``measured``, a sentence saying what each one
+measures. ``analysis_arrays.npz`` holds the vectors the figures were drawn from, so every figure
+can be recomputed from saved data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from matplotlib.figure import Figure
+
+from pe_research.analysis import figures
+from pe_research.analysis.decomposition import TERM_DESCRIPTIONS, UNITS, decompose
+from pe_research.analysis.geometry import DEFAULT_OFFSET, effective_offset, norm_profile
+from pe_research.analysis.orthogonality import token_position_orthogonality
+from pe_research.analysis.shape import cosine_summary, position_cosines, principal_components
+from pe_research.analysis.vectors import (
+    first_layer_norms,
+    fold_layer_norm_scale,
+    position_table,
+    token_table,
+)
+from pe_research.errors import ConfigError
+from pe_research.model import Seq2SeqTransformer
+from pe_research.positional.registry import (
+    SCHEMES,
+    build_scheme,
+    check_pe_config,
+    default_pe_config,
+)
+
+REPORT_FILE = "analysis.json"
+ARRAYS_FILE = "analysis_arrays.npz"
+TABLE_FILE = "decomposition.md"
+
+MEASURED = {
+    "norms.raw": "L2 norm of the position part of the input: the vector the scheme adds to the "
+                 "token part (combine=concat: the position vector through its half of the input "
+                 "projection). mean/std (population)/cv=std/mean are over positions >= offset.",
+    "norms.<stack>_ln_folded": "L2 norm of g * (p - mean_d p), p as in norms.raw and g the scale "
+                               "of the first LayerNorm of that stack (pre-LN): the position's "
+                               "contribution to what the first attention sees, up to the 1/sigma "
+                               "that LayerNorm shares between token and position parts.",
+    "orthogonality": "cosine between each token's part of the input (embedding x sqrt(d_model) "
+                     "when scale_embedding; combine=concat: through its half of the projection, "
+                     "plus the projection bias) and each position's part (as in norms.raw), "
+                     "over all (token id, position) pairs, padding id included.",
+    "shape": "cosines between the position parts (as in norms.raw) of every two positions; PCA "
+             "of those vectors centred on their mean over positions.",
+    "decomposition": "per encoder/decoder self-attention layer and head, on a batch of examples: "
+                     "the additive terms of the attention logits (see decomposition.terms), mean "
+                     "|term| over visible (query, key) pairs and its share of the sum of those "
+                     "means. Content/position parts follow the residual stream exactly: the "
+                     "position part is the position vectors along the residual path (through "
+                     "each LayerNorm's affine map, mean and sigma taken from the whole input, "
+                     "bias to content); the content part is everything else, so at deeper "
+                     "layers it includes earlier sublayers' outputs.",
+}
+
+
+@dataclasses.dataclass
+class Report:
+    """Numbers (JSON-able), the arrays behind the figures, and the figures by file stem."""
+
+    results: dict[str, Any] = dataclasses.field(default_factory=dict)
+    arrays: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    figures: dict[str, Figure] = dataclasses.field(default_factory=dict)
+
+
+def vector_report(positions_PxD: Any, *, tokens_VxD: Any = None,
+                  folded: Mapping[str, Any] | None = None, offset: int = DEFAULT_OFFSET,
+                  title: str = "") -> Report:
+    """Norms, orthogonality (when token vectors are given) and shape of the position vectors."""
+    positions_PxD = np.asarray(positions_PxD, np.float32)
+    used = effective_offset(offset, positions_PxD.shape[0])
+    curves = {"raw": positions_PxD, **{f"{stack}_ln_folded": np.asarray(v, np.float32)
+                                       for stack, v in (folded or {}).items()}}
+    norms = {name: norm_profile(v, used) for name, v in curves.items()}
+    report = Report(arrays={"position_vectors": positions_PxD})
+    report.results["norms"] = {"requested_offset": int(offset), **norms}
+    report.figures["norms"] = figures.norm_figure(norms, f"{title}: norm of position vectors")
+    if tokens_VxD is not None:
+        report.arrays["token_vectors"] = np.asarray(tokens_VxD, np.float32)
+        result = token_position_orthogonality(tokens_VxD, positions_PxD)
+        report.results["orthogonality"] = result
+        report.figures["orthogonality"] = figures.orthogonality_figure(
+            result, f"{title}: token vs position cosines")
+    cos_PxP = position_cosines(positions_PxD)
+    pca = principal_components(positions_PxD)
+    report.arrays["pca_coordinates"] = pca["coordinates"]
+    report.results["shape"] = {
+        "explained_variance_ratio": pca["explained_variance_ratio"],
+        "cumulative_explained_variance": pca["cumulative_explained_variance"],
+        "mean_cosine_at_distance": cosine_summary(cos_PxP),
+    }
+    report.figures["position_cosines"] = figures.cosine_heatmap_figure(
+        cos_PxP, f"{title}: cosine between positions")
+    report.figures["position_pca"] = figures.pca_figure(
+        pca["coordinates"], pca["explained_variance_ratio"], f"{title}: position PCA")
+    return report
+
+
+def decomposition_report(sites: list[dict[str, Any]], title: str = "") -> Report:
+    """Statistics of every self-attention layer, its heatmaps, the shares figure, the table."""
+    report = Report()
+    report.results["decomposition"] = {
+        "units": UNITS,
+        "terms": {name: TERM_DESCRIPTIONS[name] for s in sites for name in s["terms"]},
+        "sites": [{key: s[key] for key in ("name", "stack", "layer", "shown", "note",
+                                           "terms", "statistics")} for s in sites],
+    }
+    for site in sites:
+        stem = "decomposition_" + site["name"].replace("/", "_")
+        report.figures[stem] = figures.decomposition_heatmaps(site, f"{title}: {site['name']}")
+        for name, values in site["example"].items():
+            report.arrays[f"{stem}/{name}"] = values
+    if sites:
+        report.figures["decomposition_shares"] = figures.decomposition_shares_figure(
+            sites, f"{title}: share of each logit term")
+    return report
+
+
+def merge(*reports: Report) -> Report:
+    """One report holding the results, arrays and figures of all."""
+    merged = Report()
+    for report in reports:
+        merged.results.update(report.results)
+        merged.arrays.update(report.arrays)
+        merged.figures.update(report.figures)
+    return merged
+
+
+def check_analytic_scheme(scheme: str) -> None:
+    """ConfigError unless ``scheme`` adds position vectors (what analytic mode draws)."""
+    with_vectors = sorted(n for n, cls in SCHEMES.items() if cls.adds_input_vectors)
+    if scheme not in with_vectors:
+        raise ConfigError("--scheme", scheme, f"analytic mode needs a scheme with position "
+                                              f"vectors: choose one of {with_vectors}")
+
+
+def analytic_report(scheme: str, dim: int, num_positions: int, *,
+                    offset: int = DEFAULT_OFFSET, seed: int = 0,
+                    pe_overrides: Mapping[str, Any] | None = None) -> Report:
+    """Geometry of a scheme's position vectors alone, no model or run (e.g. sinusoidal)."""
+    check_analytic_scheme(scheme)
+    if num_positions < 2:
+        raise ConfigError("--positions", num_positions, "at least 2 positions")
+    pe = {**default_pe_config(scheme), **(pe_overrides or {})}
+    check_pe_config(pe, d_model=dim, num_heads=1)
+    SCHEMES[scheme].check_positions(pe, num_positions)
+    module = build_scheme(pe, d_model=dim, num_heads=1, rngs=nnx.Rngs(seed))
+    vectors_PxD = module.input_vectors(jnp.arange(num_positions)[None])[0]
+    report = vector_report(vectors_PxD, offset=offset,
+                           title=f"{scheme}, dim {dim}, {num_positions} positions")
+    origin = ("fixed by formula" if not nnx.state(module, nnx.Param) else
+              f"the scheme's initialisation (seed {seed}), no training")
+    report.results = {"mode": "analytic", "scheme": pe, "dim": dim,
+                      "num_positions": num_positions, "vectors": origin, **report.results,
+                      "measured": {k: v for k, v in MEASURED.items() if k.split(".")[0]
+                                   in ("norms", "shape") and "<stack>" not in k}}
+    return report
+
+
+def model_report(model: Seq2SeqTransformer, batch: Mapping[str, Any] | None, *,
+                 num_positions: int, offset: int = DEFAULT_OFFSET, title: str = "",
+                 positions: tuple[Any, Any] = (None, None)) -> Report:
+    """Geometry (if the scheme adds position vectors) and decomposition (if a batch is given)."""
+    parts = []
+    positions_PxD = position_table(model, num_positions)
+    if positions_PxD is not None:
+        folded = {stack: fold_layer_norm_scale(positions_PxD, norm)
+                  for stack, norm in first_layer_norms(model).items()}
+        parts.append(vector_report(positions_PxD, tokens_VxD=token_table(model), folded=folded,
+                                   offset=offset, title=title))
+    if batch is not None:
+        sites = decompose(model, dict(batch), source_positions_BxS=positions[0],
+                          target_positions_BxT=positions[1])
+        parts.append(decomposition_report(sites, title))
+    report = merge(*parts)
+    geometry = ("not computed: the scheme adds no position vectors" if positions_PxD is None
+                else f"{num_positions} positions")
+    report.results = {"mode": "model", "geometry": geometry, **report.results,
+                      "measured": MEASURED}
+    return report
+
+
+def decomposition_table(results: Mapping[str, Any]) -> str:
+    """A markdown table: layer, head, then mean |term| (share) for each term."""
+    sites = results["decomposition"]["sites"]
+    names = list(dict.fromkeys(name for site in sites for name in site["terms"]))
+    lines = ["| layer | head | " + " | ".join(names) + " |",
+             "|---|---|" + "---|" * len(names)]
+    for site in sites:
+        stats = site["statistics"]
+        for head in range(len(stats["mean_abs_logits"])):
+            cells = [f"{stats['mean_abs'][n][head]:.4g} ({stats['share'][n][head]:.1%})"
+                     if n in stats["mean_abs"] else "-" for n in names]
+            lines.append(f"| {site['name']} | {head} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(report: Report, out_dir: str | Path, dpi: int = 110) -> dict[str, Path]:
+    """Write ``analysis.json``, ``analysis_arrays.npz``, one PNG per figure (+ the table)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / REPORT_FILE, "arrays": out / ARRAYS_FILE}
+    paths["json"].write_text(json.dumps(report.results, indent=1))
+    np.savez_compressed(paths["arrays"], **report.arrays)
+    if "decomposition" in report.results:
+        paths["table"] = out / TABLE_FILE
+        paths["table"].write_text(decomposition_table(report.results))
+    for stem, figure in report.figures.items():
+        paths[stem] = out / f"{stem}.png"
+        figure.savefig(paths[stem], dpi=dpi)
+    return paths

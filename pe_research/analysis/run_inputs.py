@@ -1,0 +1,76 @@
+"""What ``analyze RUN_DIR`` needs from a run: the model at a checkpoint, and real examples.
+
+The run is restored by ``pe_research.evaluate.load_run`` (config, task with the run's vocabulary,
+checkpoint choice, parameters on the devices present) with ``model.dtype=float32`` and the XLA
+attention path: parameters are float32 in every run, so a bfloat16 or cuDNN run is analysed at
+full precision on any device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from pe_research import data
+from pe_research.evaluate import load_run as load_evaluation_run
+from pe_research.model import Seq2SeqTransformer
+from pe_research.positional.randomize import randomize_settings
+from pe_research.steps import EVAL_KEY_TAG, batch_positions
+from pe_research.train_eval import eval_cache_dir
+
+ANALYSIS_OVERRIDES = ("model.dtype=float32", "model.attention_implementation=xla")
+
+
+@dataclasses.dataclass
+class LoadedRun:
+    """A run's config, task, restored model and the checkpoint step it came from."""
+
+    run_dir: Path
+    config: ml_collections.ConfigDict
+    task: Any
+    model: Seq2SeqTransformer
+    step: int
+
+
+def load_run(run_dir: str | Path, step: str = "",
+             overrides: Sequence[str] = ()) -> LoadedRun:
+    """The model of ``run_dir`` at ``step`` ('best', 'latest', a step; default: the run's
+    ``eval.checkpoint``), in float32; ``overrides`` are eval-time config changes."""
+    run = load_evaluation_run(run_dir, step or None, [*ANALYSIS_OVERRIDES, *overrides])
+    model = nnx.merge(run.graphdef, run.params, run.rest)
+    return LoadedRun(run.run_dir, run.config, run.task, model, run.step)
+
+
+def example_batch(run: LoadedRun, length: int | None = None,
+                  count: int = 8) -> dict[str, np.ndarray]:
+    """``count`` examples of task length ``length`` (default: the longest trained) from the
+    run's frozen evaluation set (built with the run's seed, so the same examples as eval)."""
+    length = int(run.config.data.train_lengths[1]) if length is None else int(length)
+    dataset = data.eval_dataset(run.task, [length], count, run.config.seed,
+                                str(eval_cache_dir(run.config, run.run_dir)))
+    batch = next(iter(data.eval_batches(dataset, length, count,
+                                        tuple(run.config.data.buckets))))
+    return {key: np.asarray(value) for key, value in batch.items()}
+
+
+def evaluation_positions(run: LoadedRun, batch: dict[str, np.ndarray]) -> tuple[Any, Any]:
+    """Source and target positions exactly as the evaluation step draws them."""
+    key = jax.random.fold_in(jax.random.key(run.config.seed), EVAL_KEY_TAG)
+    position_key, _ = jax.random.split(key)
+    return batch_positions(run.model.config.pe, batch, position_key, training=False)
+
+
+def default_num_positions(run: LoadedRun) -> int:
+    """Positions to draw: the learned table's size, the randomized range, else the top bucket."""
+    pe = run.model.config.pe
+    max_position, _ = randomize_settings(pe)
+    if "max_len" in pe:
+        return int(pe["max_len"])
+    return max_position or int(max(run.config.data.buckets))

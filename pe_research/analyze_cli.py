@@ -1,0 +1,147 @@
+"""``pe-research analyze``: geometry of positions and the attention decomposition.
+
+    pe-research analyze RUN_DIR [--step best|latest|N] [--out DIR] [--length N] [--examples N]
+                                [--config.KEY=VALUE ...]   (eval-time keys, e.g. model.pe.scaling)
+    pe-research analyze --scheme sinusoidal --dim 512 --positions 2048 [--out DIR]
+
+The first reads a trained run and writes ``RUN_DIR/analysis/step_<N>/`` (PNGs, analysis.json,
+analysis_arrays.npz, decomposition.md), then logs it to the run's W&B run. The second (analytic
+mode) needs no run: it draws a fixed scheme's position vectors and writes their geometry.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pe_research.errors import ConfigError
+
+DEFAULT_OFFSET = 100  # the analysis package's default, repeated so --help does not import JAX
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", nargs="?", metavar="RUN_DIR",
+                        help="a run directory written by `pe-research train`")
+    parser.add_argument("--step", default="",
+                        help="checkpoint: 'best', 'latest' or a step (default: the run's "
+                             "eval.checkpoint)")
+    parser.add_argument("--out", metavar="DIR", help="output directory (default: "
+                        "RUN_DIR/analysis/step_<N>, or runs/analysis/<scheme>_d<dim>_p<positions>)")
+    parser.add_argument("--scheme", help="analytic mode: a scheme with position vectors")
+    parser.add_argument("--dim", type=int, default=512, help="analytic mode: vector width")
+    parser.add_argument("--positions", type=int, default=0,
+                        help="positions 0..N-1 to analyse (analytic default 2048; run default: "
+                             "the learned table size, the randomized range or the top bucket)")
+    parser.add_argument("--offset", type=int, default=DEFAULT_OFFSET,
+                        help="norm statistics use positions >= offset")
+    parser.add_argument("--length", type=int, default=0,
+                        help="task length of the examples decomposed (default: the longest "
+                             "trained)")
+    parser.add_argument("--examples", type=int, default=8, help="examples decomposed")
+    parser.add_argument("--no-wandb", action="store_true", help="do not log to the run's W&B")
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """One-line ConfigErrors for impossible argument combinations, before any work."""
+    if (args.run_dir is None) == (args.scheme is None):
+        raise ConfigError("RUN_DIR/--scheme", args.run_dir or args.scheme,
+                          "give a run directory or --scheme (analytic mode), not both")
+    for name in ("dim", "examples"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name}", getattr(args, name), "a positive integer")
+    for name in ("positions", "offset", "length"):
+        if getattr(args, name) < 0:
+            raise ConfigError(f"--{name}", getattr(args, name), "an integer >= 0")
+    if args.run_dir is not None and not Path(args.run_dir).is_dir():
+        raise ConfigError("RUN_DIR", args.run_dir, "no such directory")
+
+
+def analytic_pe_overrides(scheme: str, overrides: Sequence[str]) -> dict[str, Any]:
+    """``--config.model.pe.KEY=VALUE`` overrides of the scheme's defaults, for analytic mode."""
+    from pe_research.config import parse_value, split_override
+    from pe_research.positional.registry import scheme_class
+
+    defaults = scheme_class(scheme).default_config()  # the scheme's own keys only
+    values = {}
+    for text in overrides:
+        key, value = split_override(text)
+        leaf = key.removeprefix("model.pe.")
+        if not key.startswith("model.pe.") or leaf not in defaults:
+            raise ConfigError(key, value, f"analytic mode takes only the model.pe keys of "
+                                          f"{scheme}: {sorted(defaults)}")
+        values[leaf] = parse_value(key, value, defaults[leaf])
+    return values
+
+
+def headline(results: dict[str, Any]) -> list[str]:
+    """A few lines of the main numbers for the terminal."""
+    lines = []
+    for name, profile in results.get("norms", {}).items():
+        if isinstance(profile, dict):
+            lines.append(f"norm {name}: mean {profile['mean']:.6g}, std {profile['std']:.3g}, "
+                         f"CV {profile['cv']:.3g} over positions >= {profile['offset']}")
+    if "orthogonality" in results:
+        o = results["orthogonality"]
+        lines.append(f"token/position |cos|: mean {o['mean_abs_cos']:.4f} (random "
+                     f"{o['random_baseline_mean_abs_cos']:.4f}), max {o['max_abs_cos']:.4f} at "
+                     f"token {o['argmax']['token_id']}, position {o['argmax']['position']}")
+    if "shape" in results:
+        ratios = ", ".join(f"{r:.4f}" for r in results["shape"]["explained_variance_ratio"])
+        lines.append(f"PCA explained variance ratio (PC1-3): {ratios}")
+    for site in results.get("decomposition", {}).get("sites", []):
+        shares = ", ".join(f"{k} {v:.1%}" for k, v in site["statistics"]["share_all_heads"].items())
+        lines.append(f"{site['name']}: {shares}")
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    check_arguments(args)
+    from pe_research.analysis.report import (
+        analytic_report,
+        check_analytic_scheme,
+        model_report,
+        write_report,
+    )
+
+    overrides = getattr(args, "config_overrides", [])
+    if args.scheme is not None:
+        check_analytic_scheme(args.scheme)
+        positions = args.positions or 2048
+        report = analytic_report(args.scheme, args.dim, positions, offset=args.offset,
+                                 pe_overrides=analytic_pe_overrides(args.scheme, overrides))
+        out = Path(args.out or f"runs/analysis/{args.scheme}_d{args.dim}_p{positions}")
+        paths = write_report(report, out)
+        wandb_run = None
+    else:
+        from pe_research.analysis.publish import log_to_wandb
+        from pe_research.analysis.run_inputs import (
+            default_num_positions,
+            evaluation_positions,
+            example_batch,
+            load_run,
+        )
+
+        loaded = load_run(args.run_dir, args.step, overrides)
+        batch = example_batch(loaded, args.length or None, args.examples)
+        title = f"{Path(args.run_dir).name} step {loaded.step}"
+        report = model_report(loaded.model, batch,
+                              num_positions=args.positions or default_num_positions(loaded),
+                              offset=args.offset, title=title,
+                              positions=evaluation_positions(loaded, batch))
+        report.results.update({"run_dir": str(loaded.run_dir), "step": loaded.step,
+                               "examples": {"count": args.examples,
+                                            "task_length": int(batch["lengths"].max())}})
+        out = Path(args.out or loaded.run_dir / "analysis" / f"step_{loaded.step}")
+        paths = write_report(report, out)
+        wandb_run = None if args.no_wandb else log_to_wandb(
+            paths, report.results, loaded.run_dir, loaded.config.wandb, loaded.step)
+    for line in headline(report.results):
+        print(line)
+    names = ", ".join(sorted(path.name for path in paths.values()))
+    print(f"written to {out}: {names}")
+    if args.run_dir is not None:
+        print(f"W&B run: {wandb_run or 'not logged'}")
+    return 0
+

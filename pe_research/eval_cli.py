@@ -1,0 +1,76 @@
+"""``pe-research eval RUN_DIR``: restore a checkpoint and evaluate it over a grid of lengths.
+
+    pe-research eval runs/default --step best --lengths 1:64 --name long
+    pe-research eval runs/default --lengths 8,16,32 --name ntk4 \\
+        --config.model.pe.scaling.type=ntk --config.model.pe.scaling.factor=4
+
+Only test-time keys may be overridden (``evaluate.EVAL_SAFE_KEYS``); anything that would change
+the trained model or task is refused. Results: ``RUN_DIR/eval/<name>.{json,csv,png}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from pe_research.errors import ConfigError
+from pe_research.eval_results import DEFAULT_NAME, check_name, evaluate_and_write
+from pe_research.evaluate import EvalResult
+
+
+def parse_lengths(text: str) -> tuple[int, ...]:
+    """``'1:500'`` (inclusive), ``'1:500:10'`` (with a step), ``'1,2,5'`` or a mix, sorted."""
+    lengths: set[int] = set()
+    try:
+        for part in (p.strip() for p in text.split(",") if p.strip()):
+            if ":" in part:
+                bounds = [int(v) for v in part.split(":")]
+                if len(bounds) not in (2, 3) or bounds[0] > bounds[1]:
+                    raise ValueError(part)
+                step = bounds[2] if len(bounds) == 3 else 1
+                if step < 1:
+                    raise ValueError(part)
+                lengths.update(range(bounds[0], bounds[1] + 1, step))
+            else:
+                lengths.add(int(part))
+    except ValueError:
+        lengths = set()
+    if not lengths or min(lengths) < 1:
+        raise ConfigError("--lengths", text, "positive lengths like 1:500, 1:500:10 or 1,2,5")
+    return tuple(sorted(lengths))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", help="a run directory written by `pe-research train`")
+    parser.add_argument("--step", default=None,
+                        help="checkpoint: 'latest', 'best' or a step (default: eval.checkpoint)")
+    parser.add_argument("--lengths", default=None,
+                        help="task lengths: 1:500, 1:500:10 or 1,2,5 (default: eval.lengths)")
+    parser.add_argument("--name", default=DEFAULT_NAME,
+                        help=f"results name: RUN_DIR/eval/NAME.json (default {DEFAULT_NAME!r})")
+
+
+def format_table(result: EvalResult) -> str:
+    """The rows as a fixed-width text table, percentages."""
+    lines = [f"{'length':>6} {'samples':>7} {'exact%':>7} {'95% interval':>15} "
+             f"{'decoded tok%':>12} {'forced tok%':>11} {'loss':>7}"]
+    for row in result.rows:
+        interval = f"[{100 * row.exact_match_low:5.1f}, {100 * row.exact_match_high:5.1f}]"
+        lines.append(f"{row.length:>6} {row.samples:>7} {100 * row.exact_match:>7.1f} "
+                     f"{interval:>15} {100 * row.decoded_token_accuracy:>12.1f} "
+                     f"{100 * row.token_accuracy:>11.1f} {row.loss:>7.3f}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    name = check_name(args.name)
+    lengths = parse_lengths(args.lengths) if args.lengths else None
+    overrides = list(getattr(args, "config_overrides", []))
+    loaded, result, paths = evaluate_and_write(args.run_dir, checkpoint=args.step,
+                                               lengths=lengths, name=name, overrides=overrides)
+    print(format_table(result))
+    print(f"step {loaded.step} on {loaded.mesh.size} device(s): {len(result.rows)} lengths in "
+          f"{result.seconds:.1f}s, {result.compilations} compilation(s) "
+          f"(one per padded batch shape)")
+    for kind, path in paths.items():
+        print(f"{kind}: {path}")
+    return 0

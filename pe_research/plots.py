@@ -1,0 +1,88 @@
+"""Figures: accuracy against task length, with the training range marked on every curve."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never needs a display
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+METRIC_LABELS = {
+    "exact_match": "decoded exact match",
+    "decoded_token_accuracy": "decoded token accuracy",
+    "token_accuracy": "teacher-forced token accuracy",
+    "sequence_accuracy": "teacher-forced sequence accuracy",
+}
+
+
+def metric_label(metric: str) -> str:
+    return METRIC_LABELS.get(metric, metric.replace("_", " "))
+
+
+def mark_training_range(axes: plt.Axes, train_lengths: Sequence[int]) -> None:
+    """Shade the trained lengths and draw a line at the longest one."""
+    low, high = train_lengths
+    axes.axvspan(low - 0.5, high + 0.5, color="0.9", zorder=0,
+                 label=f"training lengths {low}-{high}")
+    axes.axvline(high + 0.5, color="0.4", linestyle=":", linewidth=1)
+
+
+def _finish(figure: plt.Figure, axes: plt.Axes, title: str, ylabel: str, path: Path) -> Path:
+    axes.set_xlabel("task length n (tokens)")
+    axes.set_ylabel(ylabel)
+    axes.set_ylim(-2, 102)
+    axes.set_title(title, fontsize=10)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8, loc="best")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
+def plot_eval_curve(lengths: Sequence[int], curves: dict[str, Sequence[float]],
+                    interval: tuple[Sequence[float], Sequence[float]] | None,
+                    train_lengths: Sequence[int], title: str, path: str | Path) -> Path:
+    """One run: each metric (fraction) against length; ``interval`` bands the first metric."""
+    figure, axes = plt.subplots(figsize=(7, 4))
+    mark_training_range(axes, train_lengths)
+    x = np.asarray(lengths)
+    for index, (metric, values) in enumerate(curves.items()):
+        line, = axes.plot(x, 100 * np.asarray(values), marker="o", markersize=3,
+                          linewidth=2 if index == 0 else 1, label=metric_label(metric))
+        if index == 0 and interval is not None:
+            axes.fill_between(x, 100 * np.asarray(interval[0]), 100 * np.asarray(interval[1]),
+                              color=line.get_color(), alpha=0.2,
+                              label=f"{metric_label(metric)}: 95% Wilson interval")
+    return _finish(figure, axes, title, "accuracy (%)", Path(path))
+
+
+def plot_comparison(groups: dict[str, dict[str, np.ndarray]], train_lengths: Sequence[int],
+                    metric: str, title: str, path: str | Path, show: str = "both") -> Path:
+    """Curves per group: mean over seeds with a ±1 std band and/or the max over seeds.
+
+    ``groups[name]`` holds ``lengths``, ``mean``, ``std``, ``max`` (fractions) and ``runs``.
+    """
+    figure, axes = plt.subplots(figsize=(8, 4.5))
+    mark_training_range(axes, train_lengths)
+    for name, group in groups.items():
+        x, runs = group["lengths"], int(group["runs"])
+        seeds = f"{runs} seed{'s' if runs != 1 else ''}"
+        color = None
+        if show in ("mean", "both"):
+            line, = axes.plot(x, 100 * group["mean"], linewidth=2,
+                              label=f"{name} ({seeds}): mean ± std")
+            color = line.get_color()
+            band = np.clip([group["mean"] - group["std"], group["mean"] + group["std"]], 0, 1)
+            axes.fill_between(x, 100 * band[0], 100 * band[1], color=color, alpha=0.2)
+        if show in ("max", "both"):
+            axes.plot(x, 100 * group["max"], linestyle="--", linewidth=1.2, color=color,
+                      label=f"{name} ({seeds}): max over seeds")
+    shown = {"both": "mean ± std (solid, band) and max over seeds (dashed)",
+             "mean": "mean ± std over seeds", "max": "max over seeds"}[show]
+    return _finish(figure, axes, f"{title}\n{shown}", f"{metric_label(metric)} (%)", Path(path))

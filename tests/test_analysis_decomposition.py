@@ -1,0 +1,177 @@
+"""The attention decomposition adds up to the logits the model itself computes, for every scheme."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from tiny_models import CORE_SCHEMES, VOCAB, arange_positions, tiny_model
+
+from pe_research.analysis.decomposition import (
+    ADDITIVE_TERMS,
+    all_site_terms,
+    decompose,
+    qk_logits,
+)
+from pe_research.analysis.streams import Split, split_layer_norm, trace_encoder
+from pe_research.analysis.vectors import input_parts
+
+
+def tiny_batch(seed: int = 0, batch: int = 2, source_len: int = 7, target_len: int = 6):
+    """A Batch dict with padding in the second example (lengths 7/5 source, 6/4 target)."""
+    rng = np.random.default_rng(seed)
+    source = rng.integers(3, VOCAB, (batch, source_len)).astype(np.int32)
+    target_input = rng.integers(3, VOCAB, (batch, target_len)).astype(np.int32)
+    source_mask = np.ones((batch, source_len), bool)
+    target_mask = np.ones((batch, target_len), bool)
+    source_mask[1, 5:] = False
+    target_mask[1, 4:] = False
+    source[~source_mask] = 0
+    target_input[~target_mask] = 0
+    return {"source": source, "source_mask": source_mask, "target_input": target_input,
+            "target_mask": target_mask}
+
+
+def captured_logits(model, batch, monkeypatch):
+    """q.k + sqrt(Dh) * bias of every attention call the real model makes, in call order."""
+    calls = []
+    original = jax.nn.dot_product_attention
+
+    def spy(query, key, value, bias=None, mask=None, **kwargs):
+        full = qk_logits(query, key)
+        if bias is not None:
+            full = full + bias * math.sqrt(query.shape[-1])
+        calls.append(np.asarray(full))
+        return original(query, key, value, bias=bias, mask=mask, **kwargs)
+
+    monkeypatch.setattr(jax.nn, "dot_product_attention", spy)
+    source = jnp.asarray(batch["source"])
+    target = jnp.asarray(batch["target_input"])
+    model(source, target, arange_positions(*source.shape), arange_positions(*target.shape),
+          jnp.asarray(batch["source_mask"]), jnp.asarray(batch["target_mask"]))
+    monkeypatch.undo()
+    encoder_calls = len(model.encoder_layers)
+    decoder_self = calls[encoder_calls::2]  # decoder layers call self then cross attention
+    return calls[:encoder_calls] + decoder_self
+
+
+def site_terms(model, batch):
+    """Every self-attention layer's terms over the whole batch (padding included), eagerly."""
+    source, target = jnp.asarray(batch["source"]), jnp.asarray(batch["target_input"])
+    return all_site_terms(model, source, target, arange_positions(*source.shape),
+                          arange_positions(*target.shape), jnp.asarray(batch["source_mask"]),
+                          jnp.asarray(batch["target_mask"]))
+
+
+ADDITIVE, CONTENT = list(ADDITIVE_TERMS), ["content"]
+TERMS = {"none": CONTENT, "sinusoidal": ADDITIVE, "learned": ADDITIVE,
+         **{scheme: [*CONTENT, "qk_transform"] for scheme in ("rope", "xpos")},
+         **{scheme: [*CONTENT, "bias"] for scheme in ("alibi", "t5", "transformer_xl",
+                                                      "kerple_log", "fire", "shaw")}}
+# Schemes on the fused attention path (the spy sees their logits); cope and shaw with value
+# vectors compute attention themselves and are covered by the note test below. Two layers per
+# stack where the content part includes earlier sublayers' outputs.
+CASES = [(scheme, "pre", {}, 1) for scheme in [*CORE_SCHEMES, "transformer_xl", "kerple_log",
+                                                "fire", "xpos"]] + [
+    ("sinusoidal", "pre", {}, 2), ("sinusoidal", "post", {}, 2),
+    ("learned", "pre", {"combine": "concat"}, 2), ("rope", "post", {}, 2),
+    ("sinusoidal", "post", {"combine": "concat"}, 1),
+    ("shaw", "pre", {"value_embeddings": False}, 1)]
+
+
+@pytest.mark.parametrize(("scheme", "norm", "pe", "layers"), CASES)
+def test_terms_sum_to_the_models_logits(scheme, norm, pe, layers, monkeypatch):
+    model = tiny_model(scheme, norm=norm, num_encoder_layers=layers, num_decoder_layers=layers,
+                       pe=pe)
+    batch = tiny_batch()
+    reference = captured_logits(model, batch, monkeypatch)
+    computed = site_terms(model, batch)
+    assert len(computed) == len(reference) == 2 * layers
+    for (terms, _), full in zip(computed, reference, strict=True):
+        assert list(terms) == TERMS[scheme]
+        np.testing.assert_allclose(sum(terms.values()), full, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("scheme", ["sinusoidal", "t5"])
+def test_decompose_reports_one_example_and_statistics_of_the_batch(scheme):
+    model = tiny_model(scheme, num_encoder_layers=2)
+    batch = tiny_batch()
+    sites = decompose(model, batch, example=1)  # the padded example: 5 source, 4 target tokens
+    assert [s["name"] for s in sites] == [
+        "encoder_self/layer_0", "encoder_self/layer_1", "decoder_self/layer_0"]
+    for site, (terms, mask) in zip(sites, site_terms(model, batch), strict=True):
+        assert site["terms"] == TERMS[scheme] == list(site["example"])
+        length = 5 if site["stack"] == "encoder" else 4
+        for name, values in terms.items():
+            np.testing.assert_allclose(site["example"][name],
+                                       values[1, :, :length, :length], rtol=1e-4, atol=1e-5)
+            visible = np.broadcast_to(np.asarray(mask)[:, None], values.shape)
+            per_head = [np.abs(np.asarray(values)[:, h][visible[:, h]]).mean()
+                        for h in range(values.shape[1])]
+            np.testing.assert_allclose(site["statistics"]["mean_abs"][name], per_head, rtol=1e-4)
+        share = site["statistics"]["share"]
+        np.testing.assert_allclose(np.sum([share[n] for n in site["terms"]], axis=0), 1.0)
+        causal = site["stack"] == "decoder"
+        assert bool(np.all(np.triu(site["example_mask"], 1) == 0)) == causal
+
+
+def test_position_terms_of_a_post_ln_first_layer_match_the_formula():
+    """Post-LN layer 0 sees token + sinusoid directly: position_position is P Wq Wk^T P^T."""
+    model = tiny_model("sinusoidal", norm="post", scale_embedding=False)
+    batch = tiny_batch()
+    site = decompose(model, batch, example=0)[0]
+    attention = model.encoder_layers[0].self_attention
+    table = np.stack([[np.sin(p / 10_000 ** (2 * i / 16)) if c == 0 else
+                       np.cos(p / 10_000 ** (2 * i / 16)) for i in range(8) for c in (0, 1)]
+                      for p in range(7)])
+    q = np.einsum("td,dhe->the", table, np.asarray(attention.query.kernel[...]))
+    k = np.einsum("td,dhe->the", table, np.asarray(attention.key.kernel[...]))
+    np.testing.assert_allclose(site["example"]["position_position"],
+                               np.einsum("the,she->hts", q, k), rtol=1e-4, atol=1e-5)
+    tokens = np.asarray(model.embed.embedding[...])[batch["source"][0]]
+    k_token = np.einsum("td,dhe->the", tokens, np.asarray(attention.key.kernel[...]))
+    np.testing.assert_allclose(site["example"]["position_token"],
+                               np.einsum("the,she->hts", q, k_token), rtol=1e-4, atol=1e-5)
+
+
+def test_schemes_that_compute_attention_themselves_are_flagged():
+    model = tiny_model("cope")
+    sites = decompose(model, tiny_batch())
+    notes = {site["name"]: site["note"] for site in sites}
+    assert notes["encoder_self/layer_0"] == ""  # cope acts only in the decoder
+    assert "explicit_attention" in notes["decoder_self/layer_0"]
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_traced_streams_reproduce_the_model(norm):
+    model = tiny_model("sinusoidal", norm=norm, num_encoder_layers=2)
+    batch = tiny_batch()
+    source, mask = jnp.asarray(batch["source"]), jnp.asarray(batch["source_mask"])
+    positions = arange_positions(*source.shape)
+    _, encoded = trace_encoder(model, source, positions, mask)
+    np.testing.assert_allclose(encoded.total, model.encode(source, positions, mask), atol=1e-5)
+
+
+def test_layer_norm_split_adds_up_and_puts_the_bias_with_content():
+    norm = nnx.LayerNorm(8, rngs=nnx.Rngs(0))
+    norm.scale[...] = jnp.linspace(0.5, 2.0, 8)
+    norm.bias[...] = jnp.linspace(-1.0, 1.0, 8)
+    rng = np.random.default_rng(0)
+    content, position = (jnp.asarray(rng.normal(size=(2, 3, 8)), jnp.float32) for _ in range(2))
+    split = split_layer_norm(norm, Split(content, position))
+    np.testing.assert_allclose(split.total, norm(content + position), atol=1e-5)
+    zero = split_layer_norm(norm, Split(content, jnp.zeros_like(position)))
+    np.testing.assert_allclose(zero.position, 0.0)  # no position in, no position out
+    np.testing.assert_allclose(zero.content, norm(content), atol=1e-5)
+
+
+@pytest.mark.parametrize("combine", ["add", "concat"])
+def test_input_parts_sum_to_the_models_embedding(combine):
+    model = tiny_model("learned", pe={"combine": combine})
+    tokens = jnp.asarray([[3, 4, 5, 6]])
+    positions = arange_positions(1, 4, offset=2)
+    token, position = input_parts(model, tokens, positions)
+    np.testing.assert_allclose(token + position, model.embed_inputs(tokens, positions, None),
+                               atol=1e-5)

@@ -1,0 +1,121 @@
+"""`pe-research analyze RUN_DIR` on a run of the real trainer, logged to real (offline) W&B."""
+
+import json
+import math
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from tiny_models import tiny_model
+
+from pe_research.analysis.decomposition import qk_logits
+from pe_research.analysis.report import REPORT_FILE, model_report, write_report
+from pe_research.analysis.run_inputs import evaluation_positions, example_batch, load_run
+from pe_research.cli import main
+
+
+@pytest.fixture(scope="module")
+def analyzed(trained_run_dir, tmp_path_factory):
+    """A copy of the trained run (the shared one stays read-only), analysed with W&B offline."""
+    run_dir = tmp_path_factory.mktemp("analyze") / "run"
+    shutil.copytree(trained_run_dir, run_dir)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WANDB_MODE", "offline")
+        patch.setenv("WANDB_SILENT", "true")
+        assert main(["analyze", str(run_dir), "--step", "latest", "--examples", "4"]) == 0
+    out = run_dir / "analysis" / "step_40"
+    return run_dir, out, json.loads((out / REPORT_FILE).read_text()), np.load(
+        out / "analysis_arrays.npz")
+
+
+def test_analyze_writes_figures_numbers_and_table(analyzed):
+    run_dir, out, results, _ = analyzed
+    assert results["step"] == 40 and results["mode"] == "model"
+    assert results["geometry"].startswith("not computed")  # rope adds no position vectors
+    sites = results["decomposition"]["sites"]
+    assert [s["name"] for s in sites] == ["encoder_self/layer_0", "decoder_self/layer_0"]
+    for site in sites:
+        assert site["terms"] == ["content", "qk_transform"]
+        shares = site["statistics"]["share"]
+        np.testing.assert_allclose(np.sum([shares[t] for t in site["terms"]], axis=0), 1.0)
+    assert {p.name for p in out.glob("*.png")} == {
+        "decomposition_encoder_self_layer_0.png", "decomposition_decoder_self_layer_0.png",
+        "decomposition_shares.png"}
+    table = (out / "decomposition.md").read_text()
+    share = sites[0]["statistics"]["share"]["content"][0]
+    assert "| encoder_self/layer_0 | 0 | " in table and f"({share:.1%})" in table
+
+
+def test_saved_terms_add_up_to_the_restored_models_logits(analyzed, monkeypatch):
+    run_dir, _, results, arrays = analyzed
+    run = load_run(run_dir, "40")
+    batch = example_batch(run, None, 4)
+    source_positions, target_positions = evaluation_positions(run, batch)
+    captured = []
+    original = jax.nn.dot_product_attention
+
+    def spy(query, key, value, bias=None, mask=None, **kwargs):
+        full = qk_logits(query, key)
+        captured.append(np.asarray(full if bias is None else
+                                   full + bias * math.sqrt(query.shape[-1])))
+        return original(query, key, value, bias=bias, mask=mask, **kwargs)
+
+    monkeypatch.setattr(jax.nn, "dot_product_attention", spy)
+    run.model(*(jnp.asarray(batch[k]) for k in ("source", "target_input")), source_positions,
+              target_positions, jnp.asarray(batch["source_mask"]),
+              jnp.asarray(batch["target_mask"]))
+    encoder_self, decoder_self = captured[0], captured[1]  # then decoder cross-attention
+    for name, full in (("encoder_self_layer_0", encoder_self),
+                       ("decoder_self_layer_0", decoder_self)):
+        total = sum(arrays[f"decomposition_{name}/{term}"] for term in ("content", "qk_transform"))
+        length = total.shape[-1]
+        np.testing.assert_allclose(total, full[0, :, :length, :length], rtol=1e-4, atol=1e-4)
+
+
+def test_restored_parameters_are_the_trained_ones(trained_run_dir):
+    early, late = load_run(trained_run_dir, "20"), load_run(trained_run_dir, "40")
+    assert early.step == 20 and late.step == 40
+    differences = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))),
+                               nnx.state(early.model, nnx.Param), nnx.state(late.model, nnx.Param))
+    assert max(jax.tree.leaves(differences)) > 1e-4
+
+
+def test_analysis_is_logged_to_the_runs_wandb(analyzed):
+    run_dir, _, _, _ = analyzed
+    runs = list((run_dir / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    files = runs[0] / "files"
+    logged = {p.name.rsplit("_", 2)[0] for p in (files / "media/images/analysis/figures").glob("*")}
+    assert logged == {"decomposition_encoder_self_layer_0", "decomposition_decoder_self_layer_0",
+                      "decomposition_shares"}
+    assert json.loads((files / "step_40" / REPORT_FILE).read_text())["step"] == 40
+    assert (run_dir / "wandb_run_id").read_text().strip() in runs[0].name
+
+
+def test_model_report_geometry_of_learned_positions_matches_its_figures(tmp_path):
+    model = tiny_model("learned", pe={"max_len": 40, "init_std": 0.3})
+    report = model_report(model, None, num_positions=40, offset=10, title="tiny")
+    write_report(report, tmp_path)
+    results = json.loads((tmp_path / REPORT_FILE).read_text())
+    table = np.asarray(model.pe.table[...])
+    np.testing.assert_allclose(results["norms"]["raw"]["norms"], np.linalg.norm(table, axis=-1),
+                               rtol=1e-5)
+    scale = np.asarray(model.encoder_layers[0].attention_block.norm.scale[...])
+    folded = scale * (table - table.mean(-1, keepdims=True))
+    np.testing.assert_allclose(results["norms"]["encoder_ln_folded"]["norms"],
+                               np.linalg.norm(folded, axis=-1), rtol=1e-5)
+    lines = report.figures["norms"].axes[0].lines
+    np.testing.assert_array_equal(lines[0].get_ydata(), results["norms"]["raw"]["norms"])
+    tokens = np.asarray(model.embed.embedding[...]) * math.sqrt(16)  # scale_embedding
+    cos = (tokens / np.linalg.norm(tokens, axis=-1, keepdims=True)) @ (
+        table / np.linalg.norm(table, axis=-1, keepdims=True)).T
+    ortho = results["orthogonality"]
+    assert ortho["max_abs_cos"] == pytest.approx(np.abs(cos).max(), rel=1e-5)
+    assert ortho["mean_abs_cos"] == pytest.approx(np.abs(cos).mean(), rel=1e-5)
+    token, position = np.unravel_index(np.abs(cos).argmax(), cos.shape)
+    assert (ortho["argmax"]["token_id"], ortho["argmax"]["position"]) == (token, position)
+    bars = report.figures["orthogonality"].axes[0].patches[0]  # the histogram's stairs
+    assert int(np.sum(bars.get_data().values)) == cos.size == sum(ortho["histogram"]["counts"])

@@ -1,0 +1,107 @@
+"""Compare: run directories written by the real writers -> the expected aggregates."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from pe_research import cli
+from pe_research.compare import compare_runs, load_curve
+from pe_research.config import base_config, save_config
+from pe_research.errors import ConfigError
+from pe_research.eval_results import write_results
+from pe_research.evaluate import EvalResult, LengthResult, LoadedRun, wilson_interval
+from pe_research.mesh import data_mesh
+from pe_research.tracking import JsonlWriter
+
+LENGTHS = (2, 4, 6, 8)  # trained on 1-4: lengths 6 and 8 are out of distribution
+CURVES = {  # exact match per length
+    ("rope", 0): (1.0, 1.0, 0.5, 0.0),
+    ("rope", 1): (1.0, 0.8, 0.25, 0.0),
+    ("alibi", 0): (1.0, 1.0, 0.9, 0.7),
+}
+
+
+def write_run(root, scheme: str, seed: int, exact, train_lengths=(1, 4)):
+    """config.json, metrics.jsonl (JsonlWriter) and eval/eval.* (write_results) of one run."""
+    run_dir = root / f"{scheme}_s{seed}"
+    config = base_config(task="reverse_string", pe=scheme)
+    config.seed, config.data.train_lengths = seed, train_lengths
+    save_config(config, run_dir)
+    writer = JsonlWriter(run_dir / "metrics.jsonl")
+    writer.log(10, {"train/loss": 1.0, "eval_length_6/sequence_accuracy": 0.0})
+    writer.log(20, {"train/loss": 0.5, "eval_length_6/sequence_accuracy": exact[2] / 2,
+                    "eval_length_8/sequence_accuracy": exact[3] / 2, "eval/sequence_accuracy": 1})
+    writer.finish()
+    samples = 20
+    rows = [LengthResult(n, samples, 1.0, 1.0, e, *wilson_interval(round(e * samples), samples),
+                         0.1) for n, e in zip(LENGTHS, exact, strict=True)]
+    run = LoadedRun(run_dir, config, None, 20, None, None, None, data_mesh(jax.devices()[:1]))
+    write_results(run, EvalResult(rows, 1, [(4, 8, 16)], 0.5), "eval")
+    return run_dir
+
+
+@pytest.fixture
+def run_dirs(tmp_path):
+    return [write_run(tmp_path / "runs", s, seed, exact) for (s, seed), exact in CURVES.items()]
+
+
+def read_csv(path):
+    with open(path) as handle:
+        return {row["group"]: row for row in csv.DictReader(handle)}
+
+
+def test_aggregates_over_seeds(run_dirs, tmp_path):
+    paths = compare_runs(run_dirs, tmp_path / "out", threshold=0.85)
+    table = read_csv(paths["csv"])
+    assert list(table) == ["alibi", "rope"]
+    rope, alibi = table["rope"], table["alibi"]
+    # rope in-dist per seed: mean(1, 1) = 1, mean(1, .8) = .9; OOD: .25 and .125.
+    expected = {"runs": 2, "in_dist_mean": 0.95, "in_dist_std": np.std([1, 0.9], ddof=1),
+                "in_dist_max": 1.0, "ood_mean": 0.1875, "ood_std": np.std([0.25, 0.125], ddof=1),
+                "ood_max": 0.25, "longest_mean": 4, "longest_max": 4}
+    for key, value in expected.items():
+        assert float(rope[key]) == pytest.approx(value), key
+    # alibi, one seed: OOD mean(.9, .7) = .8; its curve stays >= .85 up to n = 6.
+    for key, value in {"runs": 1, "in_dist_mean": 1.0, "ood_mean": 0.8, "ood_max": 0.8,
+                       "longest_mean": 6, "longest_max": 6}.items():
+        assert float(alibi[key]) == pytest.approx(value), key
+    assert math.isnan(float(alibi["in_dist_std"]))  # no spread from a single seed
+    markdown = paths["markdown"].read_text()
+    assert "| rope | 2 | 95.0 ± 7.1 | 100.0 | 18.8 ± 8.8 | 25.0 | 4 | 4 |" in markdown
+    assert "| alibi | 1 | 100.0 ± n/a | 100.0 | 80.0 ± n/a | 80.0 | 6 | 6 |" in markdown
+    assert "max over seeds" in markdown and "ddof=1" in markdown
+    assert paths["png"].stat().st_size > 10_000
+
+
+def test_training_time_curves_come_from_metrics_jsonl(run_dirs):
+    curve = load_curve(run_dirs[0], metric="sequence_accuracy")
+    assert curve.source == "metrics.jsonl step 20"
+    np.testing.assert_array_equal(curve.lengths, [6, 8])
+    np.testing.assert_allclose(curve.values, [0.25, 0.0])
+    with pytest.raises(ConfigError, match="pe-research eval"):
+        load_curve(run_dirs[0], metric="exact_match", eval_name="missing")
+
+
+def test_different_training_lengths_are_refused_unless_mixed(run_dirs, tmp_path):
+    longer = write_run(tmp_path / "runs", "t5", 0, (1.0, 1.0, 1.0, 0.5), train_lengths=(1, 6))
+    with pytest.raises(ConfigError, match="data.train_lengths") as error:
+        compare_runs([*run_dirs, longer], tmp_path / "out")
+    assert error.value.key == "--allow-mixed"
+    paths = compare_runs([*run_dirs, longer], tmp_path / "mixed", allow_mixed=True)
+    t5 = read_csv(paths["csv"])["t5"]
+    assert float(t5["in_dist_mean"]) == 1.0 and float(t5["ood_mean"]) == 0.5  # its own 1-6
+    assert "mixed" in paths["markdown"].read_text()
+
+
+def test_cli_takes_a_glob_and_a_group_key(run_dirs, tmp_path, capsys):
+    pattern = str(run_dirs[0].parent / "*")
+    out = tmp_path / "by_seed"
+    assert cli.main(["compare", pattern, "--group-by", "seed", "--show", "max", "--out",
+                     str(out)]) == 0
+    assert set(read_csv(out / "comparison.csv")) == {"0", "1"}
+    assert "| seed | runs |" in capsys.readouterr().out

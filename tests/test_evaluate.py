@@ -1,0 +1,145 @@
+"""Range evaluation of the tiny trained run: determinism, devices, compile count, errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+
+import jax
+import numpy as np
+import pytest
+from conftest import REPO, cli_command, subprocess_env
+from flax import nnx
+
+from pe_research import cli, data
+from pe_research.config import base_config
+from pe_research.errors import ConfigError
+from pe_research.evaluate import (
+    RangeEvaluator,
+    evaluate_run,
+    load_run,
+    wilson_interval,
+)
+from pe_research.mesh import data_mesh
+from pe_research.tasks import get_task
+from pe_research.tracking import read_metrics
+from pe_research.train_state import build_model
+
+LENGTHS = (4, 6, 8, 12)  # with buckets (8, 16, 32): three (source, target) width pairs
+EIGHT_DEVICES = "--xla_force_host_platform_device_count=8"
+
+
+@pytest.fixture(scope="module")
+def run_copy(trained_run_dir, tmp_path_factory):
+    """A writable copy of the trained run (the shared one stays read-only)."""
+    target = tmp_path_factory.mktemp("eval") / "run"
+    shutil.copytree(trained_run_dir, target)
+    return target
+
+
+@pytest.fixture(scope="module")
+def one_device(run_copy):
+    """The latest checkpoint on one device, its eval set, evaluator and result."""
+    run = load_run(run_copy, "latest", mesh=data_mesh(jax.devices()[:1]))
+    config = run.config
+    dataset = data.eval_dataset(run.task, LENGTHS, config.data.eval_samples, config.seed,
+                                str(run_copy))
+    evaluator = RangeEvaluator(config, run.graphdef, run.rest, run.mesh)
+    result = evaluator(run.params, dataset, LENGTHS, config.eval.batch_size, config.data.buckets)
+    return run, dataset, evaluator, result
+
+
+def test_wilson_interval_closed_forms():
+    z2 = 1.959963984540054 ** 2
+    assert wilson_interval(0, 16) == pytest.approx((0.0, z2 / (16 + z2)))
+    assert wilson_interval(16, 16) == pytest.approx((16 / (16 + z2), 1.0))
+    low, high = wilson_interval(3, 20)
+    assert (low, high) == pytest.approx((1 - wilson_interval(17, 20)[1],
+                                         1 - wilson_interval(17, 20)[0]))
+    assert low < 3 / 20 < high and wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_compiles_once_per_bucket_pair_and_repeats_exactly(one_device):
+    run, dataset, evaluator, result = one_device
+    buckets = run.config.data.buckets
+    pairs = {(data.bucket_length(n, buckets), data.bucket_length(n + 1, buckets))
+             for n in LENGTHS}  # reverse_string: n source tokens, n target tokens + EOS
+    assert result.compilations == len(pairs) == 3 < len(LENGTHS)
+    assert sorted({shape[1:] for shape in result.compiled_shapes}) == sorted(pairs)
+    assert [row.length for row in result.rows] == list(LENGTHS)
+    assert all(row.samples == run.config.data.eval_samples for row in result.rows)
+    again = evaluator(run.params, dataset, LENGTHS, run.config.eval.batch_size, buckets)
+    assert again.compilations == 0
+    assert again.rows == result.rows
+
+
+def test_teacher_forced_numbers_match_the_training_time_evaluation(run_copy, one_device):
+    result = one_device[-1]
+    logged = next(r for r in read_metrics(run_copy) if r["step"] == 40)
+    row = next(row for row in result.rows if row.length == 12)
+    assert row.token_accuracy == pytest.approx(logged["eval_length_12/token_accuracy"], abs=1e-9)
+    assert row.loss == pytest.approx(logged["eval_length_12/loss"], rel=1e-5)
+    for row in result.rows:
+        assert 0 <= row.exact_match_low <= row.exact_match <= row.exact_match_high <= 1
+        assert math.isfinite(row.loss) and row.exact_match <= row.decoded_token_accuracy + 1e-12
+
+
+def test_eight_devices_in_a_fresh_process_give_the_same_numbers(run_copy, one_device):
+    result = one_device[-1]
+    command = [*cli_command(), "eval", str(run_copy), "--step", "latest", "--lengths",
+               ",".join(map(str, LENGTHS)), "--name", "eight", "--config.wandb.mode=offline"]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO,
+                               env=subprocess_env(XLA_FLAGS=EIGHT_DEVICES))
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    record = json.loads((run_copy / "eval" / "eight.json").read_text())
+    assert record["devices"] == 8 and record["step"] == 40 and record["compilations"] == 3
+    for saved, row in zip(record["rows"], result.rows, strict=True):
+        for key in ("length", "samples", "token_accuracy", "decoded_token_accuracy",
+                    "exact_match", "exact_match_low", "exact_match_high"):
+            assert saved[key] == getattr(row, key), key
+        assert saved["loss"] == pytest.approx(row.loss, rel=1e-6)
+    csv_lines = (run_copy / "eval" / "eight.csv").read_text().splitlines()
+    assert csv_lines[0].startswith("length,samples,") and len(csv_lines) == 1 + len(LENGTHS)
+    assert (run_copy / "eval" / "eight.png").stat().st_size > 10_000
+    tables = list((run_copy / "wandb").glob("offline-run-*/files/media/table/**/*.table.json"))
+    assert tables, "the W&B run has no table"
+    logged = json.loads(tables[0].read_text())
+    assert [r[0] for r in logged["data"]] == list(LENGTHS)
+
+
+def test_rope_scaling_override_changes_positions_not_weights(run_copy, one_device):
+    run, result = one_device[0], one_device[-1]
+    scaled = load_run(run_copy, "latest", ["--config.model.pe.scaling.type=pi",
+                                           "--config.model.pe.scaling.factor=2"],
+                      mesh=run.mesh)
+    assert scaled.config.model.pe.scaling.type == "pi"
+    for a, b in zip(jax.tree.leaves(scaled.params), jax.tree.leaves(run.params), strict=True):
+        np.testing.assert_array_equal(a, b)
+    row = evaluate_run(scaled, (12,)).rows[0]
+    assert row.loss != pytest.approx(result.rows[-1].loss, rel=1e-4)
+
+
+def test_unsafe_override_and_unknown_step_are_refused(run_copy, capsys):
+    assert cli.main(["eval", str(run_copy), "--config.model.d_model=32"]) == 2
+    assert "model.d_model" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=r"saved steps \[20, 40\]"):
+        load_run(run_copy, "30")
+
+
+def test_positions_beyond_a_learned_table_fail_before_compiling(tmp_path):
+    config = base_config(task="reverse_string", pe="learned")
+    config.model.update(d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+                        d_ff=32)
+    config.model.pe.max_len = 8
+    task = get_task(config.task.to_dict())
+    graphdef, params, rest = nnx.split(build_model(config, task.vocabulary.size), nnx.Param, ...)
+    evaluator = RangeEvaluator(config, graphdef, rest, data_mesh(jax.devices()[:1]))
+    dataset = data.eval_dataset(task, (12,), 4, 0, tmp_path)
+    with pytest.raises(ConfigError) as error:
+        evaluator(params, dataset, (12,), 4, (8, 16, 32))
+    message = str(error.value)
+    assert error.value.key == "model.pe.max_len" and "8 rows" in message
+    assert "positions up to 15" in message and "task length 12" in message
+    assert evaluator.compilations == 0
