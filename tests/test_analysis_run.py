@@ -85,10 +85,15 @@ def test_restored_parameters_are_the_trained_ones(trained_run_dir):
 
 def test_analysis_is_logged_to_the_runs_wandb(analyzed):
     run_dir, _, _, _ = analyzed
-    runs = list((run_dir / "wandb").glob("offline-run-*"))
+    run_id = (run_dir / "wandb_run_id").read_text().strip()
+    sessions = sorted((run_dir / "wandb").glob("offline-run-*"))
+    # Training and analysis each write an offline session of the run's one W&B id.
+    assert len(sessions) >= 2 and all(s.name.endswith(run_id) for s in sessions)
+    figures = "media/images/analysis/figures"
+    runs = [s for s in sessions if (s / "files" / figures).exists()]
     assert len(runs) == 1
     files = runs[0] / "files"
-    logged = {p.name.rsplit("_", 2)[0] for p in (files / "media/images/analysis/figures").glob("*")}
+    logged = {p.name.rsplit("_", 2)[0] for p in (files / figures).glob("*")}
     assert logged == {"decomposition_encoder_self_layer_0", "decomposition_decoder_self_layer_0",
                       "decomposition_shares"}
     assert json.loads((files / "step_40" / REPORT_FILE).read_text())["step"] == 40

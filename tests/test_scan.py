@@ -17,10 +17,22 @@ from pe_research.errors import ConfigError  # noqa: E402
 from pe_research.tasks import Vocabulary, get_task  # noqa: E402
 from pe_research.tasks.scan import SCAN_FILES  # noqa: E402
 
-SCAN_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "scan"
+# The official files: PE_RESEARCH_SCAN_DIR, else the shared data folder beside the checkout.
+SCAN_DIR = Path(os.environ.get("PE_RESEARCH_SCAN_DIR")
+                or Path(__file__).resolve().parents[2] / "shared" / "data" / "scan")
 TEST_LENGTHS = [24, 25, 26, 27, 28, 30, 32, 33, 36, 40, 48]  # output lengths of the test split
-needs_scan = pytest.mark.skipif(not (SCAN_DIR / "tasks_train_length.txt").exists(),
-                                reason=f"official SCAN files not in {SCAN_DIR}")
+
+
+@pytest.fixture(autouse=True)
+def scan_files_present(request):
+    """Tests that read the official files fail (never skip) when the files are missing."""
+    if request.node.get_closest_marker("needs_scan") and not (
+            SCAN_DIR / "tasks_train_length.txt").exists():
+        pytest.fail(f"official SCAN files not in {SCAN_DIR}: set PE_RESEARCH_SCAN_DIR or run "
+                    "`pe-research data scan --to DIR`")
+
+
+needs_scan = pytest.mark.needs_scan
 
 
 def scan_lines(name: str) -> set[tuple[str, str]]:
