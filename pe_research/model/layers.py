@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -60,6 +59,12 @@ class Sublayer(nnx.Module):
         return self.norm(x + dropout(function(x), self.rate, key))
 
 
+def make_attention(config: ModelConfig, kind: AttentionKind, rngs: nnx.Rngs) -> MultiHeadAttention:
+    """Multi-head attention of ``kind`` with the model's width, heads, dtype and kernel."""
+    return MultiHeadAttention(config.d_model, config.num_heads, kind, dtype=config.compute_dtype,
+                              implementation=config.attention_implementation, rngs=rngs)
+
+
 def layer_scheme(config: ModelConfig, kinds: frozenset[AttentionKind], rngs: nnx.Rngs):
     """This layer's own scheme instance if the scheme is per-layer and acts in one of ``kinds``.
 
@@ -75,10 +80,7 @@ class EncoderLayer(nnx.Module):
     """Bidirectional self-attention then feed-forward."""
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
-        attention: Any = functools.partial(
-            MultiHeadAttention, config.d_model, config.num_heads, dtype=config.compute_dtype,
-            implementation=config.attention_implementation, rngs=rngs)
-        self.self_attention = attention(ENCODER_SELF)
+        self.self_attention = make_attention(config, ENCODER_SELF, rngs)
         self.feed_forward = FeedForward(config, rngs=rngs)
         self.attention_block = Sublayer(config, rngs=rngs)
         self.feed_forward_block = Sublayer(config, rngs=rngs)
@@ -98,11 +100,8 @@ class DecoderLayer(nnx.Module):
     """Causal self-attention, cross-attention to the encoder, feed-forward."""
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
-        attention: Any = functools.partial(
-            MultiHeadAttention, config.d_model, config.num_heads, dtype=config.compute_dtype,
-            implementation=config.attention_implementation, rngs=rngs)
-        self.self_attention = attention(DECODER_SELF)
-        self.cross_attention = attention(CROSS)
+        self.self_attention = make_attention(config, DECODER_SELF, rngs)
+        self.cross_attention = make_attention(config, CROSS, rngs)
         self.feed_forward = FeedForward(config, rngs=rngs)
         self.self_block = Sublayer(config, rngs=rngs)
         self.cross_block = Sublayer(config, rngs=rngs)

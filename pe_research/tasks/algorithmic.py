@@ -126,3 +126,26 @@ def check_int(config: Mapping[str, Any], key: str, minimum: int) -> int:
 def digit_symbols(count: int) -> tuple[str, ...]:
     """``('0', '1', ..., str(count - 1))``."""
     return tuple(str(d) for d in range(count))
+
+
+class StringTask(AlgorithmicTask):
+    """Base of tasks whose source is ``n`` symbols uniform in 0..k-1, k = ``alphabet_size``."""
+
+    default_alphabet_size = 2
+
+    @classmethod
+    def default_config(cls) -> dict[str, Any]:
+        return {"alphabet_size": cls.default_alphabet_size}
+
+    def check_config(self) -> None:
+        self.alphabet_size = check_int(self.config, "alphabet_size", 2)
+
+    def symbols(self) -> tuple[str, ...]:
+        return digit_symbols(self.alphabet_size)
+
+    def max_target_length(self, n: int) -> int:
+        return n
+
+    def strings(self, rng: np.random.Generator, n: int, count: int) -> np.ndarray:
+        """Random source strings ``[count, n]``."""
+        return rng.integers(0, self.alphabet_size, size=(count, n))

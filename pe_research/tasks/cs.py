@@ -2,36 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from pe_research.tasks.algorithmic import AlgorithmicTask, Generated, check_int, digit_symbols
+from pe_research.tasks.algorithmic import AlgorithmicTask, Generated, StringTask
 
 
-class _StringTask(AlgorithmicTask):
-    """Source: ``n`` symbols uniform in 0..k-1, k = ``alphabet_size``."""
-
-    default_alphabet_size = 2
-
-    @classmethod
-    def default_config(cls) -> dict[str, Any]:
-        return {"alphabet_size": cls.default_alphabet_size}
-
-    def check_config(self) -> None:
-        self.alphabet_size = check_int(self.config, "alphabet_size", 2)
-
-    def symbols(self) -> tuple[str, ...]:
-        return digit_symbols(self.alphabet_size)
-
-    def max_target_length(self, n: int) -> int:
-        return n
-
-    def strings(self, rng: np.random.Generator, n: int, count: int) -> np.ndarray:
-        return rng.integers(0, self.alphabet_size, size=(count, n))
-
-
-class DuplicateString(_StringTask):
+class DuplicateString(StringTask):
     """Write the string twice.
 
     Source: ``n`` symbols (binary in the benchmark). Target: the string twice, ``2n`` tokens.
@@ -48,7 +24,7 @@ class DuplicateString(_StringTask):
         return strings, np.concatenate([strings, strings], axis=1), None
 
 
-class OddsFirst(_StringTask):
+class OddsFirst(StringTask):
     """Symbols at odd positions first, then those at even positions (0-indexed).
 
     Source: ``n`` symbols s_0 .. s_{n-1}. Target: s_1 s_3 s_5 ... then s_0 s_2 s_4 ...
@@ -64,7 +40,7 @@ class OddsFirst(_StringTask):
         return strings, np.concatenate([strings[:, 1::2], strings[:, 0::2]], axis=1), None
 
 
-class BucketSort(_StringTask):
+class BucketSort(StringTask):
     """Sort symbols of a small alphabet in increasing order.
 
     Source: ``n`` symbols uniform in 0..k-1 (k = 5 in the benchmark). Target: the same

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from pe_research.tasks.algorithmic import AlgorithmicTask, Generated, check_int, digit_symbols
+from pe_research.tasks.algorithmic import AlgorithmicTask, Generated, StringTask
 
 POP, PUSH0, PUSH1 = 2, 3, 4  # symbol indices after the bits '0', '1'
 
@@ -62,7 +60,7 @@ class StackManipulation(AlgorithmicTask):
         return tokens, stack, sizes
 
 
-class ReverseString(AlgorithmicTask):
+class ReverseString(StringTask):
     """Reverse a string.
 
     Source: ``n`` symbols uniform in 0..k-1 (k = ``alphabet_size``, 2 in the benchmark).
@@ -72,19 +70,6 @@ class ReverseString(AlgorithmicTask):
 
     name, family = "reverse_string", "dcf"
 
-    @classmethod
-    def default_config(cls) -> dict[str, Any]:
-        return {"alphabet_size": 2}
-
-    def check_config(self) -> None:
-        self.alphabet_size = check_int(self.config, "alphabet_size", 2)
-
-    def symbols(self) -> tuple[str, ...]:
-        return digit_symbols(self.alphabet_size)
-
-    def max_target_length(self, n: int) -> int:
-        return n
-
     def generate(self, rng: np.random.Generator, n: int, count: int) -> Generated:
-        strings = rng.integers(0, self.alphabet_size, size=(count, n))
+        strings = self.strings(rng, n, count)
         return strings, strings[:, ::-1], None

@@ -7,10 +7,16 @@ from typing import Any
 import numpy as np
 
 from pe_research.errors import ConfigError
-from pe_research.tasks.algorithmic import AlgorithmicTask, Generated, check_int, digit_symbols
+from pe_research.tasks.algorithmic import (
+    AlgorithmicTask,
+    Generated,
+    StringTask,
+    check_int,
+    digit_symbols,
+)
 
 
-class Copy(AlgorithmicTask):
+class Copy(StringTask):
     """Copy the string.
 
     Source: ``n`` symbols uniform in 0..k-1 (k = ``alphabet_size``, default 10; symbols
@@ -20,21 +26,10 @@ class Copy(AlgorithmicTask):
 
     name, family = "copy", "extra"
 
-    @classmethod
-    def default_config(cls) -> dict[str, Any]:
-        return {"alphabet_size": 10}
-
-    def check_config(self) -> None:
-        self.alphabet_size = check_int(self.config, "alphabet_size", 2)
-
-    def symbols(self) -> tuple[str, ...]:
-        return digit_symbols(self.alphabet_size)
-
-    def max_target_length(self, n: int) -> int:
-        return n
+    default_alphabet_size = 10
 
     def generate(self, rng: np.random.Generator, n: int, count: int) -> Generated:
-        strings = rng.integers(0, self.alphabet_size, size=(count, n))
+        strings = self.strings(rng, n, count)
         return strings, strings.copy(), None
 
 
