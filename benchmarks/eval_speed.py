@@ -38,6 +38,7 @@ TINY = ["--config.data.train_lengths=(1, 8)", "--config.data.batch_size=16",
         "--config.model.d_ff=32", "--config.train.steps=40", "--config.train.warmup_steps=5",
         "--config.train.eval_every=0", "--config.train.best_metric=",
         "--config.train.checkpoint_every=40", "--config.eval.batch_size=16",
+        "--config.eval.lengths=(4, 8, 16)", "--config.train.eval_lengths=(16,)",
         "--config.wandb.mode=disabled"]
 
 
@@ -94,7 +95,8 @@ def main() -> None:
         train(load_config(REPO / "configs" / "default.py", TINY), run_dir)
     lengths = tuple(range(1, args.max_length + 1))
     buckets = power_of_two_buckets(args.max_length + 1)
-    run = load_run(run_dir, args.step, [f"--config.data.buckets={buckets}"])
+    run = load_run(run_dir, args.step, [f"--config.data.buckets={buckets}",
+                                        f"--config.eval.lengths={lengths}"])
     dataset = data.eval_dataset(run.task, lengths, run.config.data.eval_samples, run.config.seed,
                                 str(run_dir))
     bucket_time, bucket_compiles, bucket_rows = time_range_eval(run, dataset, lengths, buckets)

@@ -1,0 +1,34 @@
+"""The benchmark scripts run end to end at tiny sizes and print their tables."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_script(*args: str) -> str:
+    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_data_throughput_covers_every_task():
+    from pe_research.tasks import TASKS
+
+    out = run_script("benchmarks/data_throughput.py", "--batch-size", "8", "--lengths", "4",
+                     "--seconds", "0.01")
+    generated = [name for name in TASKS if name not in ("scan", "text")]
+    rows = [line for line in out.splitlines() if line.startswith("|")]
+    assert all(any(f"| {name} " in row for row in rows) for name in generated)
+
+
+@pytest.mark.slow
+def test_eval_speed_compares_bucket_and_length_compilation():
+    out = run_script("benchmarks/eval_speed.py", "--max-length", "16", "--repeats", "1")
+    assert "per bucket" in out and "per length" in out
