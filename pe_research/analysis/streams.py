@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from pe_research.analysis.vectors import input_parts
 from pe_research.model import Seq2SeqTransformer
 from pe_research.model.attention import MultiHeadAttention
+from pe_research.model.masks import cross_mask, decoder_self_mask, encoder_self_mask
 from pe_research.positional.base import PositionalScheme
 
 
@@ -89,8 +90,7 @@ def trace_encoder(model: Seq2SeqTransformer, source_BxS: jax.Array,
                   source_positions_BxS: jax.Array, source_mask_BxS: jax.Array,
                   ) -> tuple[list[AttentionSite], Split]:
     """Encoder self-attention sites and the encoder output (after the final LN), split."""
-    mask_BxSxS = jnp.broadcast_to(source_mask_BxS[:, None, :],
-                                  (*source_mask_BxS.shape, source_mask_BxS.shape[-1]))
+    mask_BxSxS = encoder_self_mask(source_mask_BxS)
     split = Split(*input_parts(model, source_BxS, source_positions_BxS))
     sites = []
     for index, layer in enumerate(model.encoder_layers):
@@ -115,11 +115,8 @@ def trace_decoder(model: Seq2SeqTransformer, target_input_BxT: jax.Array,
                   source_positions_BxS: jax.Array, source_mask_BxS: jax.Array,
                   target_mask_BxT: jax.Array) -> tuple[list[AttentionSite], Split]:
     """Decoder self-attention sites (causal) and the last decoder stream (before the final LN)."""
-    length = target_input_BxT.shape[1]
-    causal_TxT = jnp.tril(jnp.ones((length, length), bool))
-    self_mask = causal_TxT[None] & target_mask_BxT[:, None, :]
-    cross_mask = jnp.broadcast_to(source_mask_BxS[:, None, :],
-                                  (target_mask_BxT.shape[0], length, source_mask_BxS.shape[1]))
+    self_mask = decoder_self_mask(target_mask_BxT)
+    source_mask = cross_mask(target_mask_BxT, source_mask_BxS)
     split = Split(*input_parts(model, target_input_BxT, target_positions_BxT))
     sites = []
     for index, layer in enumerate(model.decoder_layers):
@@ -131,7 +128,7 @@ def trace_decoder(model: Seq2SeqTransformer, target_input_BxT: jax.Array,
 
         def cross_attend(h, layer=layer, pe=pe):
             return layer.cross_attention(h, encoded_BxSxD, target_positions_BxT,
-                                         source_positions_BxS, cross_mask, pe)
+                                         source_positions_BxS, source_mask, pe)
 
         seen, split = residual(layer.self_block, split, self_attend)
         sites.append(AttentionSite("decoder", index, layer.self_attention, pe, seen,

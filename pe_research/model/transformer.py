@@ -8,6 +8,7 @@ from flax import nnx
 
 from pe_research.model.config import ModelConfig
 from pe_research.model.layers import DecoderLayer, EncoderLayer, dropout, split_key
+from pe_research.model.masks import cross_mask, decoder_self_mask, encoder_self_mask
 from pe_research.positional.base import PositionalScheme
 from pe_research.positional.nope import NoPE
 from pe_research.positional.registry import build_scheme, scheme_class
@@ -70,8 +71,7 @@ class Seq2SeqTransformer(nnx.Module):
         """Encoder output ``[B, S, D]``; padded keys are masked out."""
         keys = split_key(key, 1 + len(self.encoder_layers))
         x = self.embed_inputs(source_BxS, source_positions_BxS, keys[0])
-        mask_BxSxS = jnp.broadcast_to(source_mask_BxS[:, None, :],
-                                      (*source_mask_BxS.shape, source_mask_BxS.shape[-1]))
+        mask_BxSxS = encoder_self_mask(source_mask_BxS)
         for layer, layer_key in zip(self.encoder_layers, keys[1:], strict=True):
             x = layer(x, source_positions_BxS, mask_BxSxS, self.pe, layer_key)
         return x if self.encoder_norm is None else self.encoder_norm(x)
@@ -81,16 +81,13 @@ class Seq2SeqTransformer(nnx.Module):
                source_mask_BxS: jax.Array, target_mask_BxT: jax.Array,
                key: jax.Array | None = None) -> jax.Array:
         """Teacher-forced logits ``[B, T, V]`` (float32) under a causal mask."""
-        length = target_input_BxT.shape[1]
-        causal_TxT = jnp.tril(jnp.ones((length, length), bool))
-        self_mask = causal_TxT[None] & target_mask_BxT[:, None, :]
-        cross_mask = jnp.broadcast_to(source_mask_BxS[:, None, :],
-                                      (target_mask_BxT.shape[0], length, source_mask_BxS.shape[1]))
+        self_mask = decoder_self_mask(target_mask_BxT)
+        source_mask = cross_mask(target_mask_BxT, source_mask_BxS)
         keys = split_key(key, 1 + len(self.decoder_layers))
         y = self.embed_inputs(target_input_BxT, target_positions_BxT, keys[0])
         for layer, layer_key in zip(self.decoder_layers, keys[1:], strict=True):
             y = layer(y, encoded_BxSxD, target_positions_BxT, source_positions_BxS, self_mask,
-                      cross_mask, self.pe, layer_key)
+                      source_mask, self.pe, layer_key)
         return self.logits(y)
 
     def logits(self, y_BxTxD: jax.Array) -> jax.Array:
@@ -130,12 +127,12 @@ class Seq2SeqTransformer(nnx.Module):
         batch, max_length = cache[0]["positions"].shape
         visible = jnp.arange(max_length) <= cache[0]["index"]
         self_mask = jnp.broadcast_to(visible[None, None, :], (batch, 1, max_length))
-        cross_mask = source_mask_BxS[:, None, :]
+        source_mask = source_mask_BxS[:, None, :]
         y = self.embed_inputs(tokens_Bx1, positions_Bx1, None)
         new_cache = []
         for layer, layer_cache in zip(self.decoder_layers, cache, strict=True):
             layer_cache = dict(layer_cache)  # updated in place by the layer
             y = layer(y, encoded_BxSxD, positions_Bx1, source_positions_BxS, self_mask,
-                      cross_mask, self.pe, None, cache=layer_cache)
+                      source_mask, self.pe, None, cache=layer_cache)
             new_cache.append(layer_cache)
         return self.logits(y)[:, 0], new_cache
