@@ -21,7 +21,7 @@ from pe_research.config import to_dict
 from pe_research.errors import ConfigError
 from pe_research.evaluate import ROW_FIELDS, EvalResult, LoadedRun, evaluate_run, load_run
 from pe_research.plots import plot_eval_curve
-from pe_research.tracking import WANDB_ID_FILE, WandbWriter, wandb_mode
+from pe_research.tracking import WANDB_ID_FILE, wandb_writer
 
 EVAL_DIR = "eval"
 DEFAULT_NAME = "eval"
@@ -101,15 +101,10 @@ def log_to_wandb(run: LoadedRun, result: EvalResult, name: str,
 
     Returns the local W&B run directory, or None when W&B is disabled or unavailable.
     """
-    mode = wandb_mode(wandb_cfg["mode"])
-    if mode == "disabled" or jax.process_index() != 0:
-        return None
     resumed = (run.run_dir / WANDB_ID_FILE).exists()  # keeps the config it was trained with
-    writer = WandbWriter(run.run_dir, mode, project=wandb_cfg["project"],
-                         entity=wandb_cfg["entity"], group=wandb_cfg["group"],
-                         tags=tuple(wandb_cfg["tags"]), name=wandb_cfg["name"],
-                         config=None if resumed else to_dict(run.config))
-    if writer.run is None:
+    writer = wandb_writer(wandb_cfg, run.run_dir, process_index=jax.process_index(),
+                          config=None if resumed else to_dict(run.config))
+    if writer is None:
         return None
     try:
         import wandb

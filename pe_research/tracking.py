@@ -177,6 +177,23 @@ def wandb_mode(configured: str) -> str:
     return {"dryrun": "offline", "run": "online"}.get(mode, mode)
 
 
+def wandb_writer(wandb_cfg: Mapping[str, Any], run_dir: str | Path, *, process_index: int = 0,
+                 config: Mapping[str, Any] | None = None) -> WandbWriter | None:
+    """The run's W&B run (created, or resumed by its stored id) on process 0; None when off.
+
+    None also when W&B failed to start (after its one warning). Evaluation and analysis use this
+    to add tables and figures to the run that training logged into.
+    """
+    mode = wandb_mode(wandb_cfg.get("mode", "offline"))
+    if mode == "disabled" or process_index != 0:
+        return None
+    writer = WandbWriter(run_dir, mode, project=wandb_cfg.get("project", "pe_research"),
+                         entity=wandb_cfg.get("entity", ""), group=wandb_cfg.get("group", ""),
+                         tags=tuple(wandb_cfg.get("tags", ())), name=wandb_cfg.get("name", ""),
+                         config=config)
+    return writer if writer.run is not None else None
+
+
 def make_writer(wandb_cfg: Mapping[str, Any], run_dir: str | Path, *, process_index: int = 0,
                 resume_step: int | None = None,
                 hparams: Mapping[str, Any] | None = None) -> MultiWriter | NullWriter:
@@ -184,12 +201,12 @@ def make_writer(wandb_cfg: Mapping[str, Any], run_dir: str | Path, *, process_in
     if process_index != 0:
         return NullWriter()
     writers: list[Writer] = [JsonlWriter(Path(run_dir) / METRICS_FILE, resume_step)]
-    mode = wandb_mode(wandb_cfg["mode"])
-    if mode != "disabled":
+    if wandb_mode(wandb_cfg["mode"]) != "disabled":
+        # Kept even if W&B failed to start: it then ignores every call, after one warning.
         writers.append(WandbWriter(
-            run_dir, mode, project=wandb_cfg["project"], entity=wandb_cfg["entity"],
-            group=wandb_cfg["group"], tags=tuple(wandb_cfg["tags"]), name=wandb_cfg["name"],
-            config=hparams))
+            run_dir, wandb_mode(wandb_cfg["mode"]), project=wandb_cfg["project"],
+            entity=wandb_cfg["entity"], group=wandb_cfg["group"], tags=tuple(wandb_cfg["tags"]),
+            name=wandb_cfg["name"], config=hparams))
     return MultiWriter(writers)
 
 

@@ -16,6 +16,7 @@ from pe_research.tracking import (
     make_writer,
     read_metrics,
     wandb_mode,
+    wandb_writer,
 )
 
 WANDB_OFFLINE = {"mode": "offline", "project": "pe-tests", "entity": "", "group": "unit",
@@ -126,3 +127,17 @@ def test_wandb_online_without_credentials_warns_and_continues(tmp_path, monkeypa
     writer.log(1, {"x": 1.0})
     writer.finish()
     assert writer.run is None
+
+
+def test_wandb_writer_resumes_the_runs_id_only_on_process_zero(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    assert wandb_writer({**WANDB_OFFLINE, "mode": "disabled"}, tmp_path) is None
+    assert wandb_writer(WANDB_OFFLINE, tmp_path, process_index=1) is None
+    assert not (tmp_path / "wandb").exists()
+    first = wandb_writer(WANDB_OFFLINE, tmp_path)
+    first.finish()
+    second = wandb_writer(WANDB_OFFLINE, tmp_path)
+    second.finish()
+    run_id = (tmp_path / "wandb_run_id").read_text()
+    sessions = sorted((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(sessions) == 2 and all(run_id in s.name for s in sessions)

@@ -12,7 +12,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pe_research.tracking import WandbWriter, wandb_mode
+import jax
+
+from pe_research.tracking import wandb_writer
 
 STEP_KEY = "analysis/checkpoint_step"
 
@@ -38,13 +40,8 @@ def summary_scalars(results: Mapping[str, Any]) -> dict[str, float]:
 def log_to_wandb(paths: Mapping[str, Path], results: Mapping[str, Any], run_dir: str | Path,
                  wandb_cfg: Mapping[str, Any], step: int) -> str | None:
     """Resume the run's W&B run, log numbers, figures and files; its local dir, or None if off."""
-    mode = wandb_mode(wandb_cfg.get("mode", "offline"))
-    if mode == "disabled":
-        return None
-    writer = WandbWriter(run_dir, mode, project=wandb_cfg.get("project", "pe_research"),
-                         entity=wandb_cfg.get("entity", ""), group=wandb_cfg.get("group", ""),
-                         tags=tuple(wandb_cfg.get("tags", ())), name=wandb_cfg.get("name", ""))
-    if writer.run is None:
+    writer = wandb_writer(wandb_cfg, run_dir, process_index=jax.process_index())
+    if writer is None:
         return None
     import wandb
 
