@@ -32,11 +32,10 @@ from pe_research.mesh import (
     sync_processes,
     to_host,
 )
-from pe_research.steps import make_steps
 from pe_research.tasks import VOCABULARY_FILE, Vocabulary, get_task
 from pe_research.tracking import make_writer
 from pe_research.train_eval import PeriodicEvaluator
-from pe_research.train_state import build_model, learning_rate_schedule, make_optimizer
+from pe_research.train_state import initial_train_state, learning_rate_schedule
 from pe_research.validation import best_mode, validate_config
 
 # Keys that may change when an existing run directory is trained further.
@@ -109,11 +108,7 @@ def train(config: ml_collections.ConfigDict, workdir: str | Path, *,
     check_divisible(config, mesh)
     prepare_run_dir(config, run_dir, task)
 
-    optimizer = make_optimizer(config.train)
-    steps, params = make_steps(build_model(config, task.vocabulary.size), optimizer,
-                               config.seed, mesh)
-    params = jax.device_put(params, replicated(mesh))
-    opt_state = jax.device_put(optimizer.init(params), replicated(mesh))
+    steps, params, opt_state = initial_train_state(config, task.vocabulary.size, mesh)
 
     best_metric = config.train.best_metric if config.train.eval_every else ""
     checkpointer = Checkpointer(run_dir / CHECKPOINT_DIR, keep=config.train.keep_checkpoints,

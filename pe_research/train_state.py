@@ -11,8 +11,11 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 from flax import nnx
+from jax.sharding import Mesh
 
+from pe_research.mesh import replicated
 from pe_research.model import ModelConfig, Seq2SeqTransformer
+from pe_research.steps import Steps, make_steps
 
 
 def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> ModelConfig:
@@ -53,3 +56,13 @@ def make_optimizer(train: Mapping[str, Any]) -> optax.GradientTransformation:
     if train["clip_norm"] > 0:
         return optax.chain(optax.clip_by_global_norm(train["clip_norm"]), adamw)
     return adamw
+
+
+def initial_train_state(config: ml_collections.ConfigDict, vocab_size: int, mesh: Mesh,
+                        ) -> tuple[Steps, nnx.State, optax.OptState]:
+    """Jitted steps plus fresh parameters and optimizer state, replicated over ``mesh``."""
+    optimizer = make_optimizer(config.train)
+    steps, params = make_steps(build_model(config, vocab_size), optimizer, config.seed, mesh)
+    params = jax.device_put(params, replicated(mesh))
+    opt_state = jax.device_put(optimizer.init(params), replicated(mesh))
+    return steps, params, opt_state

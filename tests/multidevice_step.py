@@ -13,21 +13,16 @@ import numpy as np
 
 from pe_research import data
 from pe_research.config import load_config
-from pe_research.mesh import data_mesh, replicated
-from pe_research.steps import make_steps
+from pe_research.mesh import data_mesh
 from pe_research.tasks import get_task
-from pe_research.train_state import build_model, make_optimizer
+from pe_research.train_state import initial_train_state
 
 
 def run(config, devices, steps: int):
     """Losses and final parameters after ``steps`` train steps on a mesh over ``devices``."""
     mesh = data_mesh(devices)
     task = get_task(config.task.to_dict(), config.data.to_dict())
-    optimizer = make_optimizer(config.train)
-    step_fns, params = make_steps(build_model(config, task.vocabulary.size), optimizer,
-                                  config.seed, mesh)
-    params = jax.device_put(params, replicated(mesh))
-    opt_state = jax.device_put(optimizer.init(params), replicated(mesh))
+    step_fns, params, opt_state = initial_train_state(config, task.vocabulary.size, mesh)
     losses, shards = [], 0
     for step in range(steps):
         batch = data.global_batch(data.train_batch(task, config.data, config.seed, step), mesh)

@@ -16,11 +16,10 @@ from flax import nnx
 from pe_research import data
 from pe_research.checkpoint import restore_model
 from pe_research.config import load_config
-from pe_research.mesh import data_mesh, replicated
-from pe_research.steps import make_steps
+from pe_research.mesh import data_mesh
 from pe_research.tasks import get_task
 from pe_research.tracking import read_metrics
-from pe_research.train_state import build_model, make_optimizer
+from pe_research.train_state import initial_train_state
 
 
 @pytest.mark.slow
@@ -43,11 +42,7 @@ def _replay_on_one_device(config, processes: int) -> tuple[list[float], list[np.
     """The steps of a run whose global batches were assembled from ``processes`` slices."""
     mesh = data_mesh(jax.devices()[:1])
     task = get_task(config.task.to_dict(), config.data.to_dict())
-    optimizer = make_optimizer(config.train)
-    steps, params = make_steps(build_model(config, task.vocabulary.size), optimizer,
-                               config.seed, mesh)
-    params = jax.device_put(params, replicated(mesh))
-    opt_state = jax.device_put(optimizer.init(params), replicated(mesh))
+    steps, params, opt_state = initial_train_state(config, task.vocabulary.size, mesh)
     losses = []
     for step in range(config.train.steps):
         parts = [data.train_batch(task, config.data, config.seed, step, index, processes)

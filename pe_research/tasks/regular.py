@@ -9,7 +9,17 @@ import numpy as np
 from pe_research.tasks.algorithmic import AlgorithmicTask, Generated, check_int, digit_symbols
 
 
-class EvenPairs(AlgorithmicTask):
+class BitsToBitTask(AlgorithmicTask):
+    """Base of tasks whose source is ``n`` bits and whose target is one bit."""
+
+    def symbols(self) -> tuple[str, ...]:
+        return ("0", "1")
+
+    def max_target_length(self, n: int) -> int:
+        return 1
+
+
+class EvenPairs(BitsToBitTask):
     """Is the number of unequal neighbouring pairs ('01' or '10') odd?
 
     Source: ``n`` bits. Target: one token, '1' if the count of unequal adjacent pairs is
@@ -19,19 +29,13 @@ class EvenPairs(AlgorithmicTask):
 
     name, family = "even_pairs", "regular"
 
-    def symbols(self) -> tuple[str, ...]:
-        return ("0", "1")
-
-    def max_target_length(self, n: int) -> int:
-        return 1
-
     def generate(self, rng: np.random.Generator, n: int, count: int) -> Generated:
         bits = rng.integers(0, 2, size=(count, n))
         odd = np.sum(bits[:, 1:] != bits[:, :-1], axis=1) % 2
         return bits, odd[:, None], None
 
 
-class ParityCheck(AlgorithmicTask):
+class ParityCheck(BitsToBitTask):
     """Is the number of ones odd?
 
     Source: ``n`` bits. Target: one token, the count of '1' modulo 2.
@@ -39,12 +43,6 @@ class ParityCheck(AlgorithmicTask):
     """
 
     name, family = "parity_check", "regular"
-
-    def symbols(self) -> tuple[str, ...]:
-        return ("0", "1")
-
-    def max_target_length(self, n: int) -> int:
-        return 1
 
     def generate(self, rng: np.random.Generator, n: int, count: int) -> Generated:
         bits = rng.integers(0, 2, size=(count, n))
