@@ -25,10 +25,11 @@ from flax import nnx
 
 from pe_research import data
 from pe_research.config import load_config
-from pe_research.evaluate import RangeEvaluator, eval_position_key, load_run
+from pe_research.evaluation.range_eval import RangeEvaluator, eval_position_key
 from pe_research.model.decoding import NEVER, greedy_decode, naive_greedy_decode
-from pe_research.steps import batch_positions
-from pe_research.train import train
+from pe_research.runs.restore import load_run
+from pe_research.training.loop import train
+from pe_research.training.steps import batch_positions
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--config.data.train_lengths=(1, 8)", "--config.data.batch_size=16",

@@ -28,20 +28,14 @@ import numpy as np
 from flax import nnx
 from matplotlib.figure import Figure
 
-from pe_research.compare import (
-    EVAL_METRICS,
-    TRAINING_METRICS,
-    aggregate,
-    compare_runs,
-    load_curve,
-    summarize_group,
-)
 from pe_research.config import collect_overrides, load_config
-from pe_research.eval_results import evaluate_and_write
-from pe_research.plots import mark_training_range, metric_label
+from pe_research.evaluation.compare import aggregate, compare_runs, load_curve, summarize_group
+from pe_research.evaluation.metrics import METRICS
+from pe_research.evaluation.plots import mark_training_range, metric_label
+from pe_research.evaluation.results import evaluate_and_write
+from pe_research.model import abstract_model
 from pe_research.tasks import get_task
-from pe_research.train import train
-from pe_research.train_state import abstract_model
+from pe_research.training.loop import train
 
 COMBINES = ("add", "concat")
 GROUP_BY = "model.pe.combine"
@@ -85,7 +79,7 @@ def comparison_figure(groups: dict[str, Any], parameters: dict[str, int], metric
         curves.plot(x, mean, marker="o", color=f"C{index}", label=f"{label}: mean +- std")
         curves.fill_between(x, np.clip(mean - std, 0, 100), np.clip(mean + std, 0, 100),
                             color=f"C{index}", alpha=0.2)
-        curves.plot(x, 100 * group["max"], ls="--", color=f"C{index}", label=f"{label}: max")
+        curves.plot(x, 100 * group["best"], ls="--", color=f"C{index}", label=f"{label}: max")
     curves.set_xlabel("task length n (tokens)")
     curves.set_ylabel(f"{metric_label(metric)} (%)")
     curves.set_ylim(-2, 102)
@@ -124,7 +118,7 @@ def write_comparison(run_dirs: Sequence[Path], parameters: dict[str, int], out: 
                      metric: str, scheme: str) -> dict[str, Any]:
     """The one comparison of these runs (grouped by combine) in ``out``; returns its JSON."""
     curves = [load_curve(run_dir, metric, group_by=GROUP_BY) for run_dir in run_dirs]
-    groups = aggregate(curves)
+    groups = aggregate(curves, metric)
     summaries = {name: summarize_group(group, 0.9) for name, group in groups.items()}
     train_lengths = curves[0].train_lengths
     out.mkdir(parents=True, exist_ok=True)
@@ -136,7 +130,7 @@ def write_comparison(run_dirs: Sequence[Path], parameters: dict[str, int], out: 
         "scheme": scheme, "metric": metric, "train_lengths": list(train_lengths),
         "parameters": parameters, "summaries": summaries,
         "curves": {name: {"lengths": g["lengths"].tolist(), "mean": g["mean"].tolist(),
-                          "std": g["std"].tolist(), "max": g["max"].tolist(),
+                          "std": g["std"].tolist(), "max": g["best"].tolist(),
                           "runs": [str(m.run_dir) for m in g["members"]]}
                    for name, g in groups.items()},
     }
@@ -153,7 +147,7 @@ def run_experiment(base: ml_collections.ConfigDict, workdir: Path, seeds: Sequen
         for seed in seeds:
             run_dir = workdir / f"{scheme}_{combine}_seed{seed}"
             train(run_config(base, combine, seed), run_dir)
-            if metric in EVAL_METRICS:
+            if METRICS[metric].decoded:
                 evaluate_and_write(run_dir)
             run_dirs.append(run_dir)
     return write_comparison(run_dirs, parameters, workdir / "comparison", metric, scheme)
@@ -166,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scheme", default="sinusoidal", choices=("sinusoidal", "learned"))
     parser.add_argument("--seeds", type=int, default=0,
                         help="seeds 0..N-1 per combine (default 3; 2 with --quick)")
-    parser.add_argument("--metric", default="exact_match", choices=EVAL_METRICS + TRAINING_METRICS,
+    parser.add_argument("--metric", default="exact_match", choices=list(METRICS),
                         help="decoded metrics run `pe-research eval` on each run; teacher-forced "
                              "ones read the evaluation during training")
     parser.add_argument("--quick", action="store_true", help="tiny model, a few steps")

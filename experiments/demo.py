@@ -37,8 +37,8 @@ def last_eval(records: list[dict]) -> dict:
 
 def evaluate_and_compare(run_dirs: list[Path], out_dir: Path) -> dict[str, Path]:
     """Decode every run over its config's eval lengths, then overlay the curves."""
-    from pe_research.compare import compare_runs
-    from pe_research.eval_results import evaluate_and_write
+    from pe_research.evaluation.compare import compare_runs
+    from pe_research.evaluation.results import evaluate_and_write
 
     for run_dir in run_dirs:
         print(f"\n== evaluating {run_dir.name} (greedy decoding with the key/value cache)",
@@ -51,8 +51,8 @@ def evaluate_and_compare(run_dirs: list[Path], out_dir: Path) -> dict[str, Path]
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from pe_research.config import load_config
-    from pe_research.tracking import read_metrics
-    from pe_research.train import train
+    from pe_research.runs.tracking import read_metrics
+    from pe_research.training.loop import train
 
     started = time.perf_counter()
     rows = []

@@ -24,12 +24,13 @@ import datasets
 import jax
 import numpy as np
 import pyarrow as pa
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh
 
-from pe_research.errors import ConfigError
+from pe_research.errors import ConfigError, check_choice, check_divisible
+from pe_research.mesh import batch_sharded, check_batch_fits
+from pe_research.special_tokens import BOS_ID, EOS_ID
 from pe_research.tasks.base import LENGTH_SAMPLING, Examples, Task, check_length_range, pad_columns
 from pe_research.tasks.dataset_task import Ragged, quiet_datasets
-from pe_research.tasks.vocabulary import BOS_ID, EOS_ID
 
 Batch = dict[str, np.ndarray]
 BATCH_KEYS = ("source", "source_mask", "target_input", "target_output", "target_mask", "lengths")
@@ -67,26 +68,38 @@ def make_batch(examples: Examples, source_width: int, target_width: int) -> Batc
     }
 
 
-def check_data_config(task: Task, data_cfg: Mapping[str, Any],
-                      eval_lengths: Sequence[int] = ()) -> None:
-    """Every ``config.data`` check that needs the task; run it before anything compiles."""
+def check_data_block(data_cfg: Mapping[str, Any]) -> None:
+    """The ``config.data`` checks that need no task: batch size, sampling, buckets, lengths."""
     batch_size = data_cfg["batch_size"]
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigError("data.batch_size", batch_size, "a positive integer")
-    sampling = data_cfg.get("length_sampling", "per_batch")
-    if sampling not in LENGTH_SAMPLING:
-        raise ConfigError("data.length_sampling", sampling, f"choose one of {LENGTH_SAMPLING}")
+    check_choice("data.length_sampling", data_cfg.get("length_sampling", "per_batch"),
+                 LENGTH_SAMPLING)
     buckets = tuple(data_cfg["buckets"])
-    if not buckets or any(int(b) < 1 for b in buckets) or list(buckets) != sorted(set(buckets)):
-        raise ConfigError("data.buckets", buckets, "increasing positive lengths, e.g. (16, 32, 64)")
+    if (not buckets or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets)
+            or list(buckets) != sorted(set(buckets))):
+        raise ConfigError("data.buckets", buckets, "a non-empty, strictly increasing tuple of "
+                          "positive lengths, e.g. (16, 32, 64)")
+    if check_length_range(data_cfg["train_lengths"])[0] < 1:
+        raise ConfigError("data.train_lengths", tuple(data_cfg["train_lengths"]),
+                          "task lengths are positive integers")
+    samples = data_cfg.get("eval_samples", 1)
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise ConfigError("data.eval_samples", samples, "a positive integer")
+
+
+def check_data_config(task: Task, data_cfg: Mapping[str, Any],
+                      eval_lengths: Sequence[int] = ()) -> None:
+    """Every ``config.data`` check, those that need the task too; run before anything compiles."""
+    check_data_block(data_cfg)
     low, high = check_length_range(data_cfg["train_lengths"])
     task.check_lengths((low, high), "data.train_lengths")
     if eval_lengths:
         task.check_lengths(eval_lengths, "eval lengths")
     longest = max([high, *eval_lengths])
     source, target = task.widest(range(low, longest + 1))
-    bucket_length(source, buckets)
-    bucket_length(target + 1, buckets)
+    bucket_length(source, data_cfg["buckets"])
+    bucket_length(target + 1, data_cfg["buckets"])
 
 
 def train_batch(task: Task, data_cfg: Mapping[str, Any], seed: int, step: int,
@@ -98,9 +111,7 @@ def train_batch(task: Task, data_cfg: Mapping[str, Any], seed: int, step: int,
     shape; the tokens come from a stream of ``(seed, step, process_index)``.
     """
     global_size = int(data_cfg["batch_size"])
-    if global_size % process_count:
-        raise ConfigError("data.batch_size", global_size,
-                          f"must be divisible by the process count {process_count}")
+    check_divisible("data.batch_size", global_size, process_count, "process count")
     plan_rng = np.random.default_rng([seed, PLAN_STREAM, step])
     keys = task.draw_train_keys(plan_rng, global_size, data_cfg["train_lengths"],
                                 data_cfg.get("length_sampling", "per_batch"))
@@ -170,9 +181,7 @@ def eval_batches(dataset: datasets.Dataset, length: int, batch_size: int, bucket
     if rows.size == 0:
         raise ConfigError("eval length", length,
                           f"the eval set has lengths {eval_lengths_of(dataset)}")
-    if batch_size % process_count:
-        raise ConfigError("eval.batch_size", batch_size,
-                          f"must be divisible by the process count {process_count}")
+    check_divisible("eval.batch_size", batch_size, process_count, "process count")
     source, target = (Ragged.from_arrow(table.column(c)) for c in ("source", "target"))
     source_width = bucket_length(int(source.lengths[rows].max()), buckets)
     target_width = bucket_length(int(target.lengths[rows].max()) + 1, buckets)
@@ -187,13 +196,9 @@ def eval_batches(dataset: datasets.Dataset, length: int, batch_size: int, bucket
 
 def global_batch(local_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
     """Each key -> one ``jax.Array`` over all processes, batch axis sharded on mesh axis 'data'."""
-    if "data" not in mesh.axis_names:
-        raise ConfigError("mesh", mesh.axis_names, "a mesh with an axis named 'data'")
-    sharding = NamedSharding(mesh, PartitionSpec("data"))
+    sharding = batch_sharded(mesh)
     rows = next(iter(local_batch.values())).shape[0] * jax.process_count()
-    if rows % mesh.shape["data"]:
-        raise ConfigError("data.batch_size", rows,
-                          f"must be divisible by the {mesh.shape['data']} devices of axis 'data'")
+    check_batch_fits("data.batch_size", rows, mesh)
     return {key: jax.make_array_from_process_local_data(sharding, np.asarray(value))
             for key, value in local_batch.items()}
 

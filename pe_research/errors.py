@@ -1,4 +1,8 @@
-"""The one exception type for bad user input: a config key, its bad value, and what is valid."""
+"""The one exception type for bad user input, and the checks every layer shares."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
 
 
 class ConfigError(ValueError):
@@ -7,3 +11,15 @@ class ConfigError(ValueError):
     def __init__(self, key: str, value: object, valid: str):
         self.key, self.value, self.valid = key, value, valid
         super().__init__(f"{key}={value!r} is invalid: {valid}")
+
+
+def check_choice(key: str, value: object, choices: Sequence[object]) -> None:
+    """ConfigError unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise ConfigError(key, value, f"choose one of {tuple(choices)}")
+
+
+def check_divisible(key: str, value: int, divisor: int, what: str) -> None:
+    """ConfigError unless ``value`` splits evenly over ``divisor`` devices or processes."""
+    if value % divisor:
+        raise ConfigError(key, value, f"must be divisible by the {what} {divisor}")

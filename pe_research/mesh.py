@@ -9,6 +9,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from pe_research.errors import ConfigError, check_divisible
+
 DATA_AXIS = "data"
 DISTRIBUTED_ENV = "PE_RESEARCH_DISTRIBUTED"
 
@@ -54,8 +56,16 @@ def replicated(mesh: Mesh) -> NamedSharding:
 
 
 def batch_sharded(mesh: Mesh) -> NamedSharding:
-    """The leading (batch) axis split over ``data``."""
+    """The leading (batch) axis split over ``data``; ConfigError if the mesh has no such axis."""
+    if DATA_AXIS not in mesh.axis_names:
+        raise ConfigError("mesh", mesh.axis_names, f"a mesh with an axis named {DATA_AXIS!r}")
     return NamedSharding(mesh, PartitionSpec(DATA_AXIS))
+
+
+def check_batch_fits(key: str, batch_size: int, mesh: Mesh) -> None:
+    """ConfigError unless a global batch of ``batch_size`` rows splits evenly over ``data``."""
+    check_divisible(key, batch_size, mesh.shape[DATA_AXIS],
+                    f"device count of mesh axis {DATA_AXIS!r},")
 
 
 def to_host(x: jax.Array) -> np.ndarray:

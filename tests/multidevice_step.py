@@ -15,7 +15,7 @@ from pe_research import data
 from pe_research.config import load_config
 from pe_research.mesh import data_mesh
 from pe_research.tasks import get_task
-from pe_research.train_state import initial_train_state
+from pe_research.training.steps import initial_train_state
 
 
 def run(config, devices, steps: int):

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pe_research.compare import load_curve
 from pe_research.config import base_config
+from pe_research.evaluation.compare import load_curve
 
 REPO = Path(__file__).resolve().parents[1]
 

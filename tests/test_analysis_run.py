@@ -13,7 +13,8 @@ from tiny_models import tiny_model
 
 from pe_research.analysis.decomposition import qk_logits
 from pe_research.analysis.report import REPORT_FILE, model_report, write_report
-from pe_research.analysis.run_inputs import evaluation_positions, example_batch, load_run
+from pe_research.analysis.run_inputs import evaluation_positions, example_batch
+from pe_research.analysis.run_inputs import load_analysis_run as load_run
 from pe_research.cli import main
 
 

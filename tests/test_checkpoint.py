@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from pe_research.checkpoint import CORRUPT_DIR, Checkpointer, abstract_like
+from pe_research.runs.checkpoint import CORRUPT_DIR, Checkpointer, abstract_like
 
 
 def _state(scale: float):

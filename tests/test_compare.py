@@ -10,13 +10,15 @@ import numpy as np
 import pytest
 
 from pe_research import cli
-from pe_research.compare import compare_runs, load_curve
 from pe_research.config import base_config, save_config
 from pe_research.errors import ConfigError
-from pe_research.eval_results import write_results
-from pe_research.evaluate import EvalResult, LengthResult, LoadedRun, wilson_interval
+from pe_research.evaluation.compare import compare_runs, load_curve
+from pe_research.evaluation.metrics import wilson_interval
+from pe_research.evaluation.range_eval import EvalResult, LengthResult
+from pe_research.evaluation.results import write_results
 from pe_research.mesh import data_mesh
-from pe_research.tracking import JsonlWriter
+from pe_research.runs.restore import LoadedRun
+from pe_research.runs.tracking import JsonlWriter
 
 LENGTHS = (2, 4, 6, 8)  # trained on 1-4: lengths 6 and 8 are out of distribution
 CURVES = {  # exact match per length
@@ -24,6 +26,14 @@ CURVES = {  # exact match per length
     ("rope", 1): (1.0, 0.8, 0.25, 0.0),
     ("alibi", 0): (1.0, 1.0, 0.9, 0.7),
 }
+
+
+def row_values(exact: float, samples: int) -> dict[str, float]:
+    """A results row: exact match ``exact`` (with its interval), everything else perfect."""
+    low, high = wilson_interval(round(exact * samples), samples)
+    return {"exact_match": exact, "exact_match_low": low, "exact_match_high": high,
+            "decoded_token_accuracy": 1.0, "token_accuracy": 1.0,
+            "loss": 0.1}
 
 
 def write_run(root, scheme: str, seed: int, exact, train_lengths=(1, 4)):
@@ -38,8 +48,8 @@ def write_run(root, scheme: str, seed: int, exact, train_lengths=(1, 4)):
                     "eval_length_8/sequence_accuracy": exact[3] / 2, "eval/sequence_accuracy": 1})
     writer.finish()
     samples = 20
-    rows = [LengthResult(n, samples, 1.0, 1.0, e, *wilson_interval(round(e * samples), samples),
-                         0.1) for n, e in zip(LENGTHS, exact, strict=True)]
+    rows = [LengthResult(n, samples, row_values(e, samples)) for n, e in zip(LENGTHS, exact,
+                                                                              strict=True)]
     run = LoadedRun(run_dir, config, None, 20, None, None, None, data_mesh(jax.devices()[:1]))
     write_results(run, EvalResult(rows, 1, [(4, 8, 16)], 0.5), "eval")
     return run_dir

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pe_research import data_cli
+from pe_research.cli import data as data_cli
 from pe_research.errors import ConfigError
 from pe_research.tasks import TASKS
 

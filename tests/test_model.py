@@ -15,7 +15,7 @@ from tiny_models import (
     tiny_model,
 )
 
-from pe_research.metrics import token_cross_entropy
+from pe_research.evaluation.metrics import token_cross_entropy
 
 
 @pytest.mark.parametrize("scheme", RELATIVE_SCHEMES)

@@ -6,7 +6,7 @@ import pytest
 from flax import nnx
 from tiny_models import forward, random_inputs, tiny_model
 
-from pe_research.metrics import token_cross_entropy
+from pe_research.evaluation.metrics import token_cross_entropy
 from pe_research.positional import SCHEMES
 
 

@@ -14,12 +14,12 @@ from conftest import DEFAULT_CONFIG, REPO, cli_command, subprocess_env, tiny_ove
 from flax import nnx
 
 from pe_research import data
-from pe_research.checkpoint import restore_model
 from pe_research.config import load_config
 from pe_research.mesh import data_mesh
+from pe_research.runs.restore import load_run
+from pe_research.runs.tracking import read_metrics
 from pe_research.tasks import get_task
-from pe_research.tracking import read_metrics
-from pe_research.train_state import initial_train_state
+from pe_research.training.steps import initial_train_state
 
 
 @pytest.mark.slow
@@ -82,7 +82,7 @@ def test_two_processes_train_together(tmp_path):
     assert [r["step"] for r in records] == [3, 6]
     np.testing.assert_allclose([r["train/loss"] for r in records],
                                [np.mean(losses[:3]), np.mean(losses[3:])], rtol=1e-5)
-    restored = restore_model(tmp_path, "latest")
+    restored = load_run(tmp_path, "latest")
     assert restored.step == 6
     trained = jax.tree.leaves(nnx.state(restored.model, nnx.Param))
     for a, b in zip(trained, expected, strict=True):

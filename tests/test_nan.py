@@ -8,8 +8,8 @@ import pytest
 from conftest import run_train, tiny_overrides
 from flax import nnx
 
-from pe_research.checkpoint import restore_model
-from pe_research.tracking import read_metrics
+from pe_research.runs.restore import load_run
+from pe_research.runs.tracking import read_metrics
 
 
 @pytest.mark.slow
@@ -32,7 +32,7 @@ def test_huge_learning_rate_stops_before_checkpointing_nan(tmp_path):
     steps = sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit())
     assert steps and max(steps) < diverged_at
     assert max(steps) == (diverged_at - 1) // 2 * 2  # the last scheduled save before it
-    restored = restore_model(run_dir, "latest")
+    restored = load_run(run_dir, "latest")
     assert restored.step == max(steps)
     leaves = jax.tree.leaves(nnx.state(restored.model, nnx.Param))
     assert all(np.isfinite(np.asarray(leaf)).all() for leaf in leaves)

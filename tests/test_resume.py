@@ -12,8 +12,9 @@ import pytest
 from conftest import DEFAULT_CONFIG, REPO, cli_command, run_train, subprocess_env, tiny_overrides
 from flax import nnx
 
-from pe_research.checkpoint import Checkpointer, restore_model
-from pe_research.tracking import read_metrics
+from pe_research.runs.checkpoint import Checkpointer
+from pe_research.runs.restore import load_run
+from pe_research.runs.tracking import read_metrics
 
 TOTAL = 200
 EVERY = 20
@@ -25,7 +26,7 @@ OVERRIDES = tiny_overrides(**{
 
 
 def _params(run_dir) -> list[np.ndarray]:
-    model = restore_model(run_dir, "latest").model
+    model = load_run(run_dir, "latest").model
     return [np.asarray(leaf) for leaf in jax.tree.leaves(nnx.state(model, nnx.Param))]
 
 

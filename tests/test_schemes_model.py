@@ -8,7 +8,7 @@ import pytest
 from flax import nnx
 from tiny_models import arange_positions, random_inputs, tiny_model
 
-from pe_research.metrics import token_cross_entropy
+from pe_research.evaluation.metrics import token_cross_entropy
 from pe_research.positional import DECODER_SELF, ENCODER_SELF, SCHEMES, random_positions
 
 ADDED_SCHEMES = ("shaw", "transformer_xl", "kerple_log", "kerple_power", "fire", "xpos", "cope")

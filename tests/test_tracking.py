@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-from pe_research.tracking import (
+from pe_research.runs.tracking import (
     JsonlWriter,
     NullWriter,
     WandbWriter,

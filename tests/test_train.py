@@ -11,15 +11,15 @@ from conftest import DEFAULT_CONFIG, run_train, tiny_overrides
 from flax import nnx
 
 from pe_research import data
-from pe_research.checkpoint import restore_model
 from pe_research.cli import COMMANDS, main
 from pe_research.config import load_config, to_dict
 from pe_research.errors import ConfigError
-from pe_research.steps import EVAL_KEY_TAG, eval_sums, forward, summarize
+from pe_research.runs.restore import load_run
+from pe_research.runs.tracking import read_metrics
 from pe_research.tasks import get_task
-from pe_research.tracking import read_metrics
-from pe_research.train import train
-from pe_research.train_eval import HELD_OUT_SEED_OFFSET
+from pe_research.training.loop import train
+from pe_research.training.periodic_eval import HELD_OUT_SEED_OFFSET
+from pe_research.training.steps import EVAL_KEY_TAG, eval_sums, forward, summarize
 
 STEPS = 40  # of the shared tiny run (conftest.trained_run)
 
@@ -63,7 +63,7 @@ def test_train_command_end_to_end(trained_run):
     assert "train step compilations: 2" in trained_run.stdout
 
     # The final checkpoint restores and reproduces the logged in-distribution eval loss.
-    restored = restore_model(run_dir, "latest")
+    restored = load_run(run_dir, "latest")
     assert restored.step == STEPS
     sums: dict[str, float] = {}
     jitted_forward = nnx.jit(forward, static_argnames="training")
@@ -125,6 +125,6 @@ def test_trained_run_fixture_has_checkpoints_and_metrics(trained_run_dir):
                   if p.name.isdigit()) == ["20", "40"]
     best = max((r["eval/sequence_accuracy"], r["step"]) for r in records
                if "eval/sequence_accuracy" in r)[1]  # ties go to the later step
-    restored = restore_model(trained_run_dir, "best")
+    restored = load_run(trained_run_dir, "best")
     assert restored.step == best
     assert restored.task.vocabulary.size == 5

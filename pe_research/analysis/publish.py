@@ -14,7 +14,7 @@ from typing import Any
 
 import jax
 
-from pe_research.tracking import wandb_writer
+from pe_research.runs.tracking import wandb_writer
 
 STEP_KEY = "analysis/checkpoint_step"
 

@@ -1,51 +1,34 @@
 """What ``analyze RUN_DIR`` needs from a run: the model at a checkpoint, and real examples.
 
-The run is restored by ``pe_research.evaluate.load_run`` (config, task with the run's vocabulary,
-checkpoint choice, parameters on the devices present) with ``model.dtype=float32`` and the XLA
-attention path: parameters are float32 in every run, so a bfloat16 or cuDNN run is analysed at
-full precision on any device.
+The run is restored by ``pe_research.runs.restore.load_run`` (config, task with the run's
+vocabulary, checkpoint choice with its fallback past unreadable steps, parameters on the devices
+present) with ``model.dtype=float32`` and the XLA attention path: parameters are float32 in every
+run, so a bfloat16 or cuDNN run is analysed at full precision on any device.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import jax
-import ml_collections
 import numpy as np
-from flax import nnx
 
 from pe_research import data
-from pe_research.evaluate import load_run as load_evaluation_run
-from pe_research.model import Seq2SeqTransformer
 from pe_research.positional.randomize import randomize_settings
-from pe_research.steps import EVAL_KEY_TAG, batch_positions
-from pe_research.train_eval import eval_cache_dir
+from pe_research.runs.restore import LoadedRun, load_run
+from pe_research.runs.run_dir import RunDir
+from pe_research.training.steps import EVAL_KEY_TAG, batch_positions
 
 ANALYSIS_OVERRIDES = ("model.dtype=float32", "model.attention_implementation=xla")
 
 
-@dataclasses.dataclass
-class LoadedRun:
-    """A run's config, task, restored model and the checkpoint step it came from."""
-
-    run_dir: Path
-    config: ml_collections.ConfigDict
-    task: Any
-    model: Seq2SeqTransformer
-    step: int
-
-
-def load_run(run_dir: str | Path, step: str = "",
-             overrides: Sequence[str] = ()) -> LoadedRun:
-    """The model of ``run_dir`` at ``step`` ('best', 'latest', a step; default: the run's
+def load_analysis_run(run_dir: str | Path, step: str = "",
+                      overrides: Sequence[str] = ()) -> LoadedRun:
+    """The run of ``run_dir`` at ``step`` ('best', 'latest', a step; default: the run's
     ``eval.checkpoint``), in float32; ``overrides`` are eval-time config changes."""
-    run = load_evaluation_run(run_dir, step or None, [*ANALYSIS_OVERRIDES, *overrides])
-    model = nnx.merge(run.graphdef, run.params, run.rest)
-    return LoadedRun(run.run_dir, run.config, run.task, model, run.step)
+    return load_run(run_dir, step or None, [*ANALYSIS_OVERRIDES, *overrides])
 
 
 def example_batch(run: LoadedRun, length: int | None = None,
@@ -54,7 +37,7 @@ def example_batch(run: LoadedRun, length: int | None = None,
     run's frozen evaluation set (built with the run's seed, so the same examples as eval)."""
     length = int(run.config.data.train_lengths[1]) if length is None else int(length)
     dataset = data.eval_dataset(run.task, [length], count, run.config.seed,
-                                str(eval_cache_dir(run.config, run.run_dir)))
+                                str(RunDir(run.run_dir).eval_data(run.config.data)))
     batch = next(iter(data.eval_batches(dataset, length, count,
                                         tuple(run.config.data.buckets))))
     return {key: np.asarray(value) for key, value in batch.items()}
@@ -64,12 +47,12 @@ def evaluation_positions(run: LoadedRun, batch: dict[str, np.ndarray]) -> tuple[
     """Source and target positions exactly as the evaluation step draws them."""
     key = jax.random.fold_in(jax.random.key(run.config.seed), EVAL_KEY_TAG)
     position_key, _ = jax.random.split(key)
-    return batch_positions(run.model.config.pe, batch, position_key, training=False)
+    return batch_positions(run.config.model.pe.to_dict(), batch, position_key, training=False)
 
 
 def default_num_positions(run: LoadedRun) -> int:
     """Positions to draw: the learned table's size, the randomized range, else the top bucket."""
-    pe = run.model.config.pe
+    pe = run.config.model.pe.to_dict()
     max_position, _ = randomize_settings(pe)
     if "max_len" in pe:
         return int(pe["max_len"])

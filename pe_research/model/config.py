@@ -8,7 +8,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from pe_research.errors import ConfigError
+from pe_research.errors import ConfigError, check_choice
 from pe_research.positional.registry import check_pe_config
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -59,10 +59,10 @@ class ModelConfig:
 
     def validate(self) -> None:
         """Raise ``ConfigError`` naming the key, the bad value and what is valid."""
-        _choice("model.activation", self.activation, ACTIVATIONS)
-        _choice("model.norm", self.norm, NORM_PLACEMENTS)
-        _choice("model.dtype", self.dtype, tuple(DTYPES))
-        _choice("model.attention_implementation", self.attention_implementation,
+        check_choice("model.activation", self.activation, ACTIVATIONS)
+        check_choice("model.norm", self.norm, NORM_PLACEMENTS)
+        check_choice("model.dtype", self.dtype, tuple(DTYPES))
+        check_choice("model.attention_implementation", self.attention_implementation,
                 ATTENTION_IMPLEMENTATIONS)
         for key in ("vocab_size", "d_model", "num_heads", "d_ff"):
             if getattr(self, key) < 1:
@@ -74,7 +74,3 @@ class ModelConfig:
             raise ConfigError("model.dropout_rate", self.dropout_rate, "in [0, 1)")
         check_pe_config(self.pe, d_model=self.d_model, num_heads=self.num_heads)
 
-
-def _choice(key: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ConfigError(key, value, f"choose one of {choices}")

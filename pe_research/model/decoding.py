@@ -13,7 +13,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
+from pe_research.special_tokens import BOS_ID, EOS_ID, PAD_ID
+
 NEVER = -1  # an eos_id that never matches: decode all T steps (speed measurements)
 
 

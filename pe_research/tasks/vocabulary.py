@@ -9,9 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from pe_research.errors import ConfigError
+from pe_research.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS
 
-PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
-SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
 UNK_TOKEN = "<unk>"
 VOCABULARY_FILE = "vocabulary.json"
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pe_research.errors import ConfigError
+from pe_research.runs.run_dir import RunDir
 
 DEFAULT_OFFSET = 100  # the analysis package's default, repeated so --help does not import JAX
 
@@ -60,7 +61,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 def analytic_pe_overrides(scheme: str, overrides: Sequence[str]) -> dict[str, Any]:
     """``--config.model.pe.KEY=VALUE`` overrides of the scheme's defaults, for analytic mode."""
-    from pe_research.config import parse_value, split_override
+    from pe_research.config.overrides import parse_value, split_override
     from pe_research.positional.registry import scheme_class
 
     defaults = scheme_class(scheme).default_config()  # the scheme's own keys only
@@ -120,10 +121,10 @@ def run(args: argparse.Namespace) -> int:
             default_num_positions,
             evaluation_positions,
             example_batch,
-            load_run,
+            load_analysis_run,
         )
 
-        loaded = load_run(args.run_dir, args.step, overrides)
+        loaded = load_analysis_run(args.run_dir, args.step, overrides)
         batch = example_batch(loaded, args.length or None, args.examples)
         title = f"{Path(args.run_dir).name} step {loaded.step}"
         report = model_report(loaded.model, batch,
@@ -133,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         report.results.update({"run_dir": str(loaded.run_dir), "step": loaded.step,
                                "examples": {"count": args.examples,
                                             "task_length": int(batch["lengths"].max())}})
-        out = Path(args.out or loaded.run_dir / "analysis" / f"step_{loaded.step}")
+        out = Path(args.out or RunDir(loaded.run_dir).analysis(loaded.step))
         paths = write_report(report, out)
         wandb_run = None if args.no_wandb else log_to_wandb(
             paths, report.results, loaded.run_dir, loaded.config.wandb, loaded.step)

@@ -7,9 +7,7 @@ The JSON file is the complete record (rows, checkpoint step, overrides, compile 
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
-import re
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,25 +16,17 @@ from typing import Any
 import jax
 
 from pe_research.config import to_dict
-from pe_research.errors import ConfigError
-from pe_research.evaluate import ROW_FIELDS, EvalResult, LoadedRun, evaluate_run, load_run
-from pe_research.plots import plot_eval_curve
-from pe_research.tracking import WANDB_ID_FILE, wandb_writer
-
-EVAL_DIR = "eval"
-DEFAULT_NAME = "eval"
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+from pe_research.evaluation.metrics import HEADLINE, METRICS
+from pe_research.evaluation.plots import plot_eval_curve
+from pe_research.evaluation.range_eval import EvalResult, evaluate_run, row_fields
+from pe_research.runs.restore import LoadedRun, load_run
+from pe_research.runs.run_dir import DEFAULT_EVAL_NAME, RunDir, check_eval_name
+from pe_research.runs.tracking import wandb_writer
 
 
-def check_name(name: str) -> str:
-    """A results name usable as a file name."""
-    if not NAME_PATTERN.match(name):
-        raise ConfigError("--name", name, "letters, digits, '_', '.', '-' (a file name)")
-    return name
-
-
-def results_path(run_dir: str | Path, name: str = DEFAULT_NAME) -> Path:
-    return Path(run_dir) / EVAL_DIR / f"{check_name(name)}.json"
+def results_path(run_dir: str | Path, name: str = DEFAULT_EVAL_NAME) -> Path:
+    """``RUN_DIR/eval/<name>.json``."""
+    return RunDir(run_dir).eval_results(name)
 
 
 def results_record(run: LoadedRun, result: EvalResult, name: str,
@@ -54,15 +44,15 @@ def results_record(run: LoadedRun, result: EvalResult, name: str,
         "seed": config["seed"],
         "devices": run.mesh.size,
         "backend": jax.default_backend(),
-        "headline": "exact_match",
+        "headline": HEADLINE,
         "compilations": result.compilations,
         "compiled_shapes": [list(shape) for shape in result.compiled_shapes],
         "seconds": result.seconds,
-        "rows": [dataclasses.asdict(row) for row in result.rows],
+        "rows": [row.as_dict() for row in result.rows],
     }
 
 
-def write_results(run: LoadedRun, result: EvalResult, name: str = DEFAULT_NAME,
+def write_results(run: LoadedRun, result: EvalResult, name: str = DEFAULT_EVAL_NAME,
                   overrides: Sequence[str] = ()) -> dict[str, Path]:
     """Write ``eval/<name>.json``, ``.csv`` and ``.png`` (process 0 only); return the paths."""
     json_path = results_path(run.run_dir, name)
@@ -74,14 +64,15 @@ def write_results(run: LoadedRun, result: EvalResult, name: str = DEFAULT_NAME,
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(record, indent=1) + "\n")
     with paths["csv"].open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=ROW_FIELDS)
+        writer = csv.DictWriter(handle, fieldnames=row_fields(result.rows))
         writer.writeheader()
         writer.writerows(record["rows"])
     rows = record["rows"]
     lengths = [row["length"] for row in rows]
-    curves = {metric: [row[metric] for row in rows]
-              for metric in ("exact_match", "decoded_token_accuracy", "token_accuracy")}
-    interval = ([row["exact_match_low"] for row in rows], [row["exact_match_high"] for row in rows])
+    plotted = [HEADLINE] + [name for name, metric in METRICS.items()  # every '%' metric
+                            if metric.unit == "%" and name != HEADLINE and name in rows[0]]
+    curves = {metric: [row[metric] for row in rows] for metric in plotted}
+    interval = ([row[f"{HEADLINE}_low"] for row in rows], [row[f"{HEADLINE}_high"] for row in rows])
     scaling = record["pe"].get("scaling", {}).get("type", "none")
     title = (f"{record['task']['name']}, pe={record['pe']['type']}"
              f"{'' if scaling == 'none' else f' (scaling {scaling})'}, step {run.step}, "
@@ -101,7 +92,7 @@ def log_to_wandb(run: LoadedRun, result: EvalResult, name: str,
 
     Returns the local W&B run directory, or None when W&B is disabled or unavailable.
     """
-    resumed = (run.run_dir / WANDB_ID_FILE).exists()  # keeps the config it was trained with
+    resumed = RunDir(run.run_dir).wandb_id.exists()  # keeps the config it was trained with
     writer = wandb_writer(wandb_cfg, run.run_dir, process_index=jax.process_index(),
                           config=None if resumed else to_dict(run.config))
     if writer is None:
@@ -109,11 +100,13 @@ def log_to_wandb(run: LoadedRun, result: EvalResult, name: str,
     try:
         import wandb
 
-        table = wandb.Table(columns=list(ROW_FIELDS),
-                            data=[[getattr(row, f) for f in ROW_FIELDS] for row in result.rows])
-        plot = wandb.plot.line(table, "length", "exact_match",
-                               title=f"{name}: decoded exact match vs length (step {run.step})")
-        writer.run.log({f"eval_{name}/table": table, f"eval_{name}/exact_match": plot})
+        columns = row_fields(result.rows)
+        table = wandb.Table(columns=columns,
+                            data=[[row.as_dict()[c] for c in columns] for row in result.rows])
+        label = METRICS[HEADLINE].label
+        plot = wandb.plot.line(table, "length", HEADLINE,
+                               title=f"{name}: {label} vs length (step {run.step})")
+        writer.run.log({f"eval_{name}/table": table, f"eval_{name}/{HEADLINE}": plot})
     except Exception as error:  # noqa: BLE001 - a W&B failure must not lose the results
         warnings.warn(f"W&B table not logged ({type(error).__name__}: {error}); the results "
                       f"are in {results_path(run.run_dir, name)}", stacklevel=2)
@@ -123,11 +116,11 @@ def log_to_wandb(run: LoadedRun, result: EvalResult, name: str,
 
 
 def evaluate_and_write(run_dir: str | Path, *, checkpoint: str | int | None = None,
-                       lengths: Sequence[int] | None = None, name: str = DEFAULT_NAME,
+                       lengths: Sequence[int] | None = None, name: str = DEFAULT_EVAL_NAME,
                        overrides: Sequence[str] = ()) -> tuple[LoadedRun, EvalResult,
                                                                dict[str, Path]]:
     """What ``pe-research eval`` does: restore, evaluate, write the files, log to W&B."""
-    check_name(name)
+    check_eval_name(name)
     run = load_run(run_dir, checkpoint, overrides)
     result = evaluate_run(run, lengths)
     paths = write_results(run, result, name, overrides)

@@ -62,7 +62,7 @@ def _tasks(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     overrides = getattr(args, "config_overrides", [])
     if args.config:
-        from pe_research.config import load_config
+        from pe_research.config.files import load_config
 
         config = load_config(args.config, overrides)
         task_cfg, data_cfg = config.task.to_dict(), config.data.to_dict()
@@ -101,7 +101,7 @@ def _scan(args: argparse.Namespace) -> int:
 
 
 def _eval_set(args: argparse.Namespace) -> int:
-    from pe_research.config import load_config
+    from pe_research.config.files import load_config
     from pe_research.data import eval_dataset, eval_set_path
 
     config = load_config(args.config, getattr(args, "config_overrides", []))

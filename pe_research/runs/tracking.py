@@ -16,9 +16,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-WANDB_MODES = ("offline", "online", "disabled")
-METRICS_FILE = "metrics.jsonl"
-WANDB_ID_FILE = "wandb_run_id"
+from pe_research.runs.run_dir import RunDir
+
 
 
 class Writer(Protocol):
@@ -96,7 +95,7 @@ class WandbWriter:
 
             run_dir = Path(run_dir)
             run_dir.mkdir(parents=True, exist_ok=True)
-            id_file = run_dir / WANDB_ID_FILE
+            id_file = RunDir(run_dir).wandb_id
             run_id = id_file.read_text().strip() if id_file.exists() else secrets.token_hex(4)
             self.run = wandb.init(
                 mode=mode, project=project, entity=entity or None, group=group or None,
@@ -200,7 +199,7 @@ def make_writer(wandb_cfg: Mapping[str, Any], run_dir: str | Path, *, process_in
     """JSONL (+ W&B unless disabled) on process 0; a NullWriter elsewhere."""
     if process_index != 0:
         return NullWriter()
-    writers: list[Writer] = [JsonlWriter(Path(run_dir) / METRICS_FILE, resume_step)]
+    writers: list[Writer] = [JsonlWriter(RunDir(run_dir).metrics, resume_step)]
     if wandb_mode(wandb_cfg["mode"]) != "disabled":
         # Kept even if W&B failed to start: it then ignores every call, after one warning.
         writers.append(WandbWriter(
@@ -212,5 +211,5 @@ def make_writer(wandb_cfg: Mapping[str, Any], run_dir: str | Path, *, process_in
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     """Every record of a run's ``metrics.jsonl``, in order."""
-    path = Path(run_dir) / METRICS_FILE
+    path = RunDir(run_dir).metrics
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

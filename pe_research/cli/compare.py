@@ -14,10 +14,10 @@ import glob
 import os
 from pathlib import Path
 
-from pe_research.compare import EVAL_METRICS, TRAINING_METRICS, compare_runs
-from pe_research.config import CONFIG_FILE
 from pe_research.errors import ConfigError
-from pe_research.eval_results import DEFAULT_NAME
+from pe_research.evaluation.compare import compare_runs
+from pe_research.evaluation.metrics import HEADLINE, METRICS
+from pe_research.runs.run_dir import DEFAULT_EVAL_NAME, RunDir
 
 
 def expand_run_dirs(patterns: list[str]) -> list[Path]:
@@ -25,8 +25,7 @@ def expand_run_dirs(patterns: list[str]) -> list[Path]:
     run_dirs: list[Path] = []
     for pattern in patterns:
         if glob.has_magic(pattern):
-            matches = [Path(p) for p in sorted(glob.glob(pattern))
-                       if (Path(p) / CONFIG_FILE).is_file()]
+            matches = [Path(p) for p in sorted(glob.glob(pattern)) if RunDir(p).is_run()]
             if not matches:
                 raise ConfigError("RUN_DIR", pattern, "the glob matches no run directory")
             run_dirs.extend(matches)
@@ -40,17 +39,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run directories or quoted globs, e.g. 'runs/*'")
     parser.add_argument("--group-by", default="model.pe.type",
                         help="config key that names a curve (default model.pe.type)")
-    parser.add_argument("--metric", default="exact_match",
-                        choices=sorted(set(EVAL_METRICS + TRAINING_METRICS)),
-                        help="exact_match (decoded, the default) and decoded_token_accuracy "
-                             "come from `pe-research eval`; sequence_accuracy from training")
-    parser.add_argument("--name", default=DEFAULT_NAME,
+    parser.add_argument("--metric", default=HEADLINE, choices=list(METRICS),
+                        help=f"a metric of the metric table (default {HEADLINE}); decoded ones "
+                             "come from `pe-research eval`, the others also from training")
+    parser.add_argument("--name", default=DEFAULT_EVAL_NAME,
                         help="which eval results: RUN_DIR/eval/NAME.json "
-                             f"(default {DEFAULT_NAME!r})")
+                             f"(default {DEFAULT_EVAL_NAME!r})")
     parser.add_argument("--threshold", type=float, default=0.9,
                         help="accuracy for 'longest length at or above' (default 0.9)")
     parser.add_argument("--show", default="both", choices=("both", "mean", "max"),
-                        help="plot mean ± std over seeds, max over seeds, or both")
+                        help="plot mean ± std over seeds, the best seed ('max'), or both")
     parser.add_argument("--out", default=None, help="output folder (default: beside the runs)")
     parser.add_argument("--allow-mixed", action="store_true",
                         help="overlay runs trained on different tasks or length ranges")

@@ -1,7 +1,8 @@
-"""``pe-research``: one console script, one subcommand per module.
+"""``pe-research``: one console script, one subcommand per module of ``pe_research.cli``.
 
-Each subcommand module provides ``add_arguments(parser)`` and ``run(args) -> int``; it is imported
-only when its subcommand is used, so ``pe-research --help`` stays fast. Arguments of the form
+A subcommand is one module here plus one line in ``COMMANDS``. Each module provides
+``add_arguments(parser)`` and ``run(args) -> int``; it is imported only when its subcommand is
+used, so ``pe-research --help`` stays fast. Arguments of the form
 ``--config.a.b=v`` are collected into ``args.config_overrides`` for every subcommand.
 """
 
@@ -12,15 +13,15 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from pe_research.config import collect_overrides
+from pe_research.config.overrides import collect_overrides
 from pe_research.errors import ConfigError
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("pe_research.train_cli", "train (or resume) a model from a config file"),
-    "data": ("pe_research.data_cli", "inspect tasks and build evaluation sets"),
-    "eval": ("pe_research.eval_cli", "evaluate a trained run over a grid of lengths"),
-    "compare": ("pe_research.compare_cli", "compare extrapolation curves across runs"),
-    "analyze": ("pe_research.analyze_cli", "look inside a trained model's positions"),
+    "train": ("pe_research.cli.train", "train (or resume) a model from a config file"),
+    "data": ("pe_research.cli.data", "inspect tasks and build evaluation sets"),
+    "eval": ("pe_research.cli.eval", "evaluate a trained run over a grid of lengths"),
+    "compare": ("pe_research.cli.compare", "compare extrapolation curves across runs"),
+    "analyze": ("pe_research.cli.analyze", "look inside a trained model's positions"),
 }
 
 
@@ -69,6 +70,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pe-research {args.command}: config error: {error}", file=sys.stderr)
         return 2
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -19,14 +19,10 @@ from jax.sharding import Mesh
 
 from pe_research import data
 from pe_research.mesh import sync_processes, to_host
-from pe_research.steps import Steps, summarize
+from pe_research.runs.run_dir import RunDir
+from pe_research.training.steps import Steps, summarize
 
 HELD_OUT_SEED_OFFSET = 7_919  # held-out in-distribution batches never share the training stream
-
-
-def eval_cache_dir(config: ml_collections.ConfigDict, run_dir: str | Path) -> Path:
-    """Where frozen evaluation sets live: ``data.eval_cache_dir`` or the run directory."""
-    return Path(config.data.eval_cache_dir or run_dir)
 
 
 class PeriodicEvaluator:
@@ -44,7 +40,7 @@ class PeriodicEvaluator:
         self.dataset = None
         if config.train.eval_lengths:
             arguments = (task, tuple(config.train.eval_lengths), config.data.eval_samples,
-                         config.seed, str(eval_cache_dir(config, run_dir)))
+                         config.seed, str(RunDir(run_dir).eval_data(config.data)))
             if jax.process_index() == 0:  # one process freezes the set, the others read it
                 data.eval_dataset(*arguments)
             sync_processes("pe_research_eval_dataset")

@@ -1,10 +1,10 @@
 """Compare extrapolation curves across runs: group by a config key, aggregate over seeds.
 
-A run's curve comes from ``RUN_DIR/eval/<name>.json`` (``pe-research eval``; decoded exact match
-and the other metrics), or, for the teacher-forced metrics, from the last record of
-``metrics.jsonl`` with ``eval_length_<n>/<metric>`` keys (the evaluation during training).
-Per group the curve is summarised as mean ± std over seeds (std with ddof=1) and max over seeds
-(the benchmark papers report the max); the output says which is shown.
+A run's curve of any metric of the metric table comes from ``RUN_DIR/eval/<name>.json``
+(``pe-research eval``), or, for the metrics computed during training, from the last record of
+``metrics.jsonl`` with ``eval_length_<n>/<metric>`` keys. Per group the curve is summarised as
+the metric table says: mean ± std over seeds (std with ddof=1) and the best seed (the max for
+accuracies, which the benchmark papers report; the min for losses); the output says which.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from pe_research.config import CONFIG_FILE
 from pe_research.errors import ConfigError
-from pe_research.eval_results import DEFAULT_NAME, read_results, results_path
-from pe_research.tracking import read_metrics
+from pe_research.evaluation.metrics import HEADLINE, METRICS, Metric, get_metric
+from pe_research.evaluation.plots import plot_comparison
+from pe_research.evaluation.results import read_results
+from pe_research.runs.run_dir import DEFAULT_EVAL_NAME, RunDir
+from pe_research.runs.tracking import read_metrics
 
-EVAL_METRICS = ("exact_match", "decoded_token_accuracy", "token_accuracy")
-TRAINING_METRICS = ("sequence_accuracy", "token_accuracy")  # teacher-forced, in metrics.jsonl
 LENGTH_KEY = re.compile(r"^eval_length_(\d+)/(\w+)$")
 
 
@@ -62,20 +62,22 @@ def config_value(config: Mapping[str, Any], dotted: str) -> Any:
     return node
 
 
-def load_curve(run_dir: str | Path, metric: str = "exact_match", eval_name: str = DEFAULT_NAME,
-               group_by: str = "model.pe.type") -> RunCurve:
+def load_curve(run_dir: str | Path, metric: str = HEADLINE,
+               eval_name: str = DEFAULT_EVAL_NAME, group_by: str = "model.pe.type") -> RunCurve:
     """The curve of ``metric`` for one run (eval results first, then metrics.jsonl)."""
+    definition = get_metric(metric)
+    paths = RunDir(run_dir)
     run_dir = Path(run_dir)
-    if not (run_dir / CONFIG_FILE).is_file():
-        raise ConfigError("RUN_DIR", str(run_dir), f"not a run directory (no {CONFIG_FILE})")
-    config = json.loads((run_dir / CONFIG_FILE).read_text())
+    if not paths.is_run():
+        raise ConfigError("RUN_DIR", str(run_dir), f"not a run directory (no {paths.config.name})")
+    config = paths.read_config()
     group = str(config_value(config, group_by))
-    path = results_path(run_dir, eval_name)
-    if path.is_file() and metric in EVAL_METRICS:
-        rows = read_results(path)["rows"]
+    path = paths.eval_results(eval_name)
+    rows = read_results(path)["rows"] if path.is_file() else []
+    if rows and metric in rows[0]:
         return RunCurve(run_dir, config, group, np.asarray([r["length"] for r in rows]),
                         np.asarray([r[metric] for r in rows], float), f"eval/{path.name}")
-    if metric in TRAINING_METRICS and (run_dir / "metrics.jsonl").is_file():
+    if not definition.decoded and paths.metrics.is_file():
         for record in reversed(read_metrics(run_dir)):
             points = sorted((int(m[1]), float(v)) for k, v in record.items()
                             if (m := LENGTH_KEY.match(k)) and m[2] == metric)
@@ -83,10 +85,10 @@ def load_curve(run_dir: str | Path, metric: str = "exact_match", eval_name: str 
                 lengths, values = zip(*points, strict=True)
                 return RunCurve(run_dir, config, group, np.asarray(lengths), np.asarray(values),
                                 f"metrics.jsonl step {record['step']}")
+    during = tuple(name for name, m in METRICS.items() if not m.decoded)
     raise ConfigError("--metric", metric,
                       f"{run_dir} has no such curve: run `pe-research eval {run_dir} --name "
-                      f"{eval_name}` for {EVAL_METRICS}, or use a teacher-forced metric of "
-                      f"metrics.jsonl {TRAINING_METRICS}")
+                      f"{eval_name}`, or use a metric that training logs per length {during}")
 
 
 def check_compatible(curves: Sequence[RunCurve], allow_mixed: bool) -> None:
@@ -102,8 +104,9 @@ def check_compatible(curves: Sequence[RunCurve], allow_mixed: bool) -> None:
                     "their curves are not comparable; pass --allow-mixed to overlay them anyway")
 
 
-def aggregate(curves: Sequence[RunCurve]) -> dict[str, dict[str, Any]]:
-    """Per group: common lengths and mean / std (ddof=1) / max over its runs."""
+def aggregate(curves: Sequence[RunCurve], metric: str = HEADLINE) -> dict[str, dict[str, Any]]:
+    """Per group: common lengths and mean / std (ddof=1) / best over its runs."""
+    definition = get_metric(metric)
     groups: dict[str, list[RunCurve]] = {}
     for curve in curves:
         groups.setdefault(curve.group, []).append(curve)
@@ -118,8 +121,8 @@ def aggregate(curves: Sequence[RunCurve]) -> dict[str, dict[str, Any]]:
                            np.zeros(0) for c in members])
         std = values.std(axis=0, ddof=1) if len(members) > 1 else np.zeros(len(common))
         result[name] = {"lengths": np.asarray(common), "values": values,
-                        "mean": values.mean(axis=0), "std": std, "max": values.max(axis=0),
-                        "runs": len(members), "members": members}
+                        "mean": values.mean(axis=0), "std": std, "best": definition.best(values),
+                        "runs": len(members), "members": members, "metric": definition}
     return result
 
 
@@ -131,59 +134,73 @@ def longest_above(lengths: np.ndarray, values: np.ndarray, threshold: float) -> 
 
 
 def summarize_group(group: Mapping[str, Any], threshold: float) -> dict[str, Any]:
-    """In-distribution and out-of-distribution accuracy per run, then over the group's seeds."""
+    """In-distribution and out-of-distribution value per run, then over the group's seeds.
+
+    Keys follow the metric's direction: ``in_dist_max`` for accuracies, ``in_dist_min`` for
+    losses (the best seed). ``longest_*`` is only defined for fractions (accuracies).
+    """
+    metric: Metric = group["metric"]
     lengths, values = group["lengths"], group["values"]
     in_dist, ood = [], []
     for run_values, member in zip(values, group["members"], strict=True):
         low, high = member.train_lengths
         inside, beyond = (lengths >= low) & (lengths <= high), lengths > high
-        in_dist.append(run_values[inside].mean() if inside.any() else np.nan)
-        ood.append(run_values[beyond].mean() if beyond.any() else np.nan)
+        in_dist.append(metric.over_lengths(run_values[inside]))
+        ood.append(metric.over_lengths(run_values[beyond]))
 
     def spread(xs: list[float]) -> tuple[float, float, float]:
-        """Mean, std (ddof=1; NaN for a single run) and max over the group's runs."""
+        """Mean, std (ddof=1; NaN for a single run) and best over the group's runs."""
         xs_array = np.asarray(xs, float)
         std = float(np.std(xs_array, ddof=1)) if len(xs) > 1 else float("nan")
-        return float(np.mean(xs_array)), std, float(np.max(xs_array))
+        return float(np.mean(xs_array)), std, float(metric.best(xs_array))
 
-    (in_mean, in_std, in_max), (ood_mean, ood_std, ood_max) = spread(in_dist), spread(ood)
+    best = best_word(metric)
+    (in_mean, in_std, in_best), (ood_mean, ood_std, ood_best) = spread(in_dist), spread(ood)
+    fraction = metric.unit == "%" and metric.higher_is_better
     return {"runs": group["runs"], "in_dist_mean": in_mean, "in_dist_std": in_std,
-            "in_dist_max": in_max, "ood_mean": ood_mean, "ood_std": ood_std, "ood_max": ood_max,
-            "longest_mean": longest_above(lengths, group["mean"], threshold),
-            "longest_max": longest_above(lengths, group["max"], threshold)}
+            f"in_dist_{best}": in_best, "ood_mean": ood_mean, "ood_std": ood_std,
+            f"ood_{best}": ood_best,
+            "longest_mean": longest_above(lengths, group["mean"], threshold) if fraction else None,
+            f"longest_{best}": longest_above(lengths, group["best"], threshold) if fraction
+            else None}
 
 
-SUMMARY_COLUMNS = ("group", "runs", "in_dist_mean", "in_dist_std", "in_dist_max", "ood_mean",
-                   "ood_std", "ood_max", "longest_mean", "longest_max")
+def best_word(metric: Metric) -> str:
+    """'max' or 'min': how the best seed is chosen for ``metric``."""
+    return "max" if metric.higher_is_better else "min"
 
 
-def _percent(value: float) -> str:
-    return "n/a" if value is None or np.isnan(value) else f"{100 * value:.1f}"
+def summary_columns(metric: Metric) -> tuple[str, ...]:
+    """Columns of the CSV summary for ``metric``."""
+    best = best_word(metric)
+    return ("group", "runs", "in_dist_mean", "in_dist_std", f"in_dist_{best}", "ood_mean",
+            "ood_std", f"ood_{best}", "longest_mean", f"longest_{best}")
 
 
 def markdown_table(summaries: Mapping[str, Mapping[str, Any]], group_by: str,
-                   threshold: float) -> str:
-    """The summary as a markdown table (percentages)."""
+                   threshold: float, metric: Metric | None = None) -> str:
+    """The summary as a markdown table (percentages for fractions)."""
+    metric = metric or METRICS[HEADLINE]
+    best, show = best_word(metric), metric.display
     limit = f"{100 * threshold:g}%"
-    lines = [f"| {group_by} | runs | in-dist mean ± std | in-dist max | OOD mean ± std | OOD max "
-             f"| longest n ≥ {limit} (mean) | longest n ≥ {limit} (max) |",
+    lines = [f"| {group_by} | runs | in-dist mean ± std | in-dist {best} | OOD mean ± std | "
+             f"OOD {best} | longest n ≥ {limit} (mean) | longest n ≥ {limit} ({best}) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, s in summaries.items():
         lines.append(
-            f"| {name} | {s['runs']} | {_percent(s['in_dist_mean'])} ± {_percent(s['in_dist_std'])}"
-            f" | {_percent(s['in_dist_max'])} | {_percent(s['ood_mean'])} ± "
-            f"{_percent(s['ood_std'])} | {_percent(s['ood_max'])} | "
-            f"{s['longest_mean'] or '-'} | {s['longest_max'] or '-'} |")
+            f"| {name} | {s['runs']} | {show(s['in_dist_mean'])} ± {show(s['in_dist_std'])}"
+            f" | {show(s[f'in_dist_{best}'])} | {show(s['ood_mean'])} ± "
+            f"{show(s['ood_std'])} | {show(s[f'ood_{best}'])} | "
+            f"{s['longest_mean'] or '-'} | {s[f'longest_{best}'] or '-'} |")
     return "\n".join(lines)
 
 
 def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
-                 group_by: str = "model.pe.type", metric: str = "exact_match",
-                 eval_name: str = DEFAULT_NAME, threshold: float = 0.9,
+                 group_by: str = "model.pe.type", metric: str = HEADLINE,
+                 eval_name: str = DEFAULT_EVAL_NAME, threshold: float = 0.9,
                  allow_mixed: bool = False, show: str = "both") -> dict[str, Path]:
     """Overlay the runs' curves by group; write ``comparison.{png,md,csv}`` into ``out_dir``."""
-    from pe_research.plots import plot_comparison
-
+    definition = get_metric(metric)
     if not run_dirs:
         raise ConfigError("RUN_DIR", (), "give at least one run directory (or a glob)")
     if show not in ("both", "mean", "max"):
@@ -192,7 +209,7 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
         raise ConfigError("--threshold", threshold, "a fraction in [0, 1]")
     curves = [load_curve(run_dir, metric, eval_name, group_by) for run_dir in run_dirs]
     check_compatible(curves, allow_mixed)
-    groups = aggregate(curves)
+    groups = aggregate(curves, metric)
     summaries = {name: summarize_group(group, threshold) for name, group in groups.items()}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -202,25 +219,29 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
     task, (low, high) = first.config["task"]["name"], first.train_lengths
     kinds = {(json.dumps(c.config["task"], sort_keys=True), c.train_lengths) for c in curves}
     mixed = " (mixed tasks/lengths)" if len(kinds) > 1 else ""
-    shown = {"both": "mean ± std over seeds (std with ddof=1) and max over seeds",
-             "mean": "mean ± std over seeds (std with ddof=1)", "max": "max over seeds"}[show]
+    best = best_word(definition)
+    shown = {"both": f"mean ± std over seeds (std with ddof=1) and {best} over seeds",
+             "mean": "mean ± std over seeds (std with ddof=1)", "max": f"{best} over seeds"}[show]
     plot_comparison(groups, first.train_lengths, metric,
                     f"{task}{mixed}, trained on lengths {low}-{high}, by {group_by}",
                     paths["png"], show)
     sources = sorted({c.source for c in curves})
     notes = [f"# Length extrapolation: {task}{mixed}, trained on lengths {low}-{high}", "",
-             f"Metric: {metric} (from {', '.join(sources)}). Runs grouped by `{group_by}`. "
+             f"Metric: {metric}, {definition.axis_label} (from {', '.join(sources)}). Runs "
+             f"grouped by `{group_by}`. "
              f"Aggregates over seeds: {shown}. In-dist: mean over evaluated lengths {low}-{high}; "
              f"OOD: mean over evaluated lengths > {high}; longest n: the longest length up to "
              f"which every evaluated length scores ≥ {100 * threshold:g}% on the group's mean "
-             "(or max) curve.", "", markdown_table(summaries, group_by, threshold), "",
+             f"(or {best}) curve.", "",
+             markdown_table(summaries, group_by, threshold, definition), "",
              f"Figure: {paths['png'].name}", "", "Runs:"]
     notes += [f"- {name}: " + ", ".join(str(m.run_dir) for m in group["members"])
               for name, group in groups.items()]
     paths["markdown"].write_text("\n".join(notes) + "\n")
     with paths["csv"].open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(SUMMARY_COLUMNS)
+        columns = summary_columns(definition)
+        writer.writerow(columns)
         for name, s in summaries.items():
-            writer.writerow([name] + ["" if s[c] is None else s[c] for c in SUMMARY_COLUMNS[1:]])
+            writer.writerow([name] + ["" if s[c] is None else s[c] for c in columns[1:]])
     return paths

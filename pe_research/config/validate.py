@@ -10,25 +10,34 @@ from typing import Any
 
 import ml_collections
 
-from pe_research.config import BLOCK_DEFAULTS, MODEL_DEFAULTS, TOP_LEVEL_DEFAULTS
-from pe_research.errors import ConfigError
-from pe_research.tracking import WANDB_MODES
-
-SCHEDULES = ("constant", "cosine")
-LENGTH_SAMPLING = ("per_batch", "mixed")
-EVAL_METRICS = ("loss", "token_accuracy", "sequence_accuracy")
-CHECKPOINT_CHOICES = ("best", "latest")
+from pe_research.config.schema import (
+    BLOCK_DEFAULTS,
+    CHECKPOINT_CHOICES,
+    MODEL_DEFAULTS,
+    SCHEDULES,
+    TOP_LEVEL_DEFAULTS,
+    WANDB_MODES,
+    default_task_block,
+)
+from pe_research.data import bucket_length, check_data_block, check_data_config
+from pe_research.errors import ConfigError, check_choice
+from pe_research.evaluation.metrics import get_metric, training_metrics
+from pe_research.model.config import ModelConfig
+from pe_research.positional.randomize import check_randomize
+from pe_research.positional.registry import scheme_class
+from pe_research.tasks import Task, get_task
 
 
 def best_metric_choices(train_cfg: Mapping[str, Any]) -> list[str]:
     """Metric names a checkpoint can be ranked by: in distribution, or at an eval length."""
     prefixes = ["eval"] + [f"eval_length_{n}" for n in train_cfg["eval_lengths"]]
-    return [f"{prefix}/{metric}" for prefix in prefixes for metric in EVAL_METRICS]
+    return [f"{prefix}/{m.name}" for prefix in prefixes for m in training_metrics()]
 
 
 def best_mode(metric: str) -> str:
-    """'min' for losses, 'max' for accuracies."""
-    return "min" if metric.endswith("loss") else "max"
+    """'max' or 'min' for a ``train.best_metric`` such as 'eval/loss' (the metric table says)."""
+    return get_metric(metric.rsplit("/", 1)[-1], "train.best_metric").best_mode if metric \
+        else "max"
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
@@ -41,7 +50,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         _check_keys(name, config[name], defaults)
         for key, default in defaults.items():
             _check_type(f"{name}.{key}", config[name][key], default)
-    _check_data(config.data)
+    check_data_block(config.data)
     _check_train(config.train)
     _check_eval(config.eval)
     _check_wandb(config.wandb)
@@ -79,30 +88,9 @@ def _positive_ints(key: str, values: Sequence[Any]) -> None:
             raise ConfigError(key, tuple(values), "a tuple of positive integers")
 
 
-def _choice(key: str, value: Any, choices: Sequence[Any]) -> None:
-    if value not in choices:
-        raise ConfigError(key, value, f"choose one of {tuple(choices)}")
-
-
 def _at_least(key: str, value: float, minimum: float) -> None:
     if value < minimum:
         raise ConfigError(key, value, f"must be >= {minimum}")
-
-
-def _check_data(data: Mapping[str, Any]) -> None:
-    lengths = tuple(data["train_lengths"])
-    if len(lengths) != 2:
-        raise ConfigError("data.train_lengths", lengths, "a pair (min, max) of task lengths")
-    _positive_ints("data.train_lengths", lengths)
-    if lengths[0] > lengths[1]:
-        raise ConfigError("data.train_lengths", lengths, "min must not exceed max")
-    _choice("data.length_sampling", data["length_sampling"], LENGTH_SAMPLING)
-    _at_least("data.batch_size", data["batch_size"], 1)
-    buckets = tuple(data["buckets"])
-    _positive_ints("data.buckets", buckets)
-    if not buckets or list(buckets) != sorted(set(buckets)):
-        raise ConfigError("data.buckets", buckets, "a non-empty, strictly increasing tuple")
-    _at_least("data.eval_samples", data["eval_samples"], 1)
 
 
 def _check_train(train: Mapping[str, Any]) -> None:
@@ -112,10 +100,10 @@ def _check_train(train: Mapping[str, Any]) -> None:
         _at_least(f"train.{key}", train[key], 0)
     if not train["learning_rate"] > 0:
         raise ConfigError("train.learning_rate", train["learning_rate"], "must be > 0")
-    _choice("train.schedule", train["schedule"], SCHEDULES)
+    check_choice("train.schedule", train["schedule"], SCHEDULES)
     _positive_ints("train.eval_lengths", tuple(train["eval_lengths"]))
     if train["best_metric"]:  # ignored when train.eval_every is 0 (no metric to rank by)
-        _choice("train.best_metric", train["best_metric"], best_metric_choices(train) + [""])
+        check_choice("train.best_metric", train["best_metric"], best_metric_choices(train) + [""])
 
 
 def _check_eval(evaluation: Mapping[str, Any]) -> None:
@@ -127,17 +115,14 @@ def _check_eval(evaluation: Mapping[str, Any]) -> None:
 
 
 def _check_wandb(wandb_cfg: Mapping[str, Any]) -> None:
-    _choice("wandb.mode", wandb_cfg["mode"], WANDB_MODES)
+    check_choice("wandb.mode", wandb_cfg["mode"], WANDB_MODES)
     if not wandb_cfg["project"]:
         raise ConfigError("wandb.project", wandb_cfg["project"], "a non-empty project name")
     if not all(isinstance(tag, str) for tag in wandb_cfg["tags"]):
         raise ConfigError("wandb.tags", tuple(wandb_cfg["tags"]), "a tuple of strings")
 
 
-def _check_task(config: ml_collections.ConfigDict):
-    from pe_research.config import default_task_block
-    from pe_research.tasks import get_task
-
+def _check_task(config: ml_collections.ConfigDict) -> Task:
     defaults = default_task_block(config.task.get("name", ""))
     _check_keys("task", config.task, defaults)
     for key, default in defaults.items():
@@ -146,8 +131,6 @@ def _check_task(config: ml_collections.ConfigDict):
 
 
 def _check_model(config: ml_collections.ConfigDict, vocab_size: int) -> None:
-    from pe_research.model.config import ModelConfig
-
     if "vocab_size" in config.model:
         raise ConfigError("model.vocab_size", config.model.vocab_size,
                           "set by the task's vocabulary; remove this key")
@@ -157,12 +140,8 @@ def _check_model(config: ml_collections.ConfigDict, vocab_size: int) -> None:
     ModelConfig.from_mapping({**config.model.to_dict(), "vocab_size": vocab_size})
 
 
-def _check_lengths(config: ml_collections.ConfigDict, task) -> None:
+def _check_lengths(config: ml_collections.ConfigDict, task: Task) -> None:
     """Lengths the task can make, buckets that hold them, positions the scheme can encode."""
-    from pe_research.data import bucket_length, check_data_config
-    from pe_research.positional.randomize import check_randomize
-    from pe_research.positional.registry import scheme_class
-
     if config.train.eval_lengths:
         task.check_lengths(config.train.eval_lengths, "train.eval_lengths")
     if config.eval.lengths:

@@ -11,16 +11,21 @@ matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-METRIC_LABELS = {
-    "exact_match": "decoded exact match",
-    "decoded_token_accuracy": "decoded token accuracy",
-    "token_accuracy": "teacher-forced token accuracy",
-    "sequence_accuracy": "teacher-forced sequence accuracy",
-}
+from pe_research.evaluation.metrics import METRICS  # noqa: E402
 
 
 def metric_label(metric: str) -> str:
-    return METRIC_LABELS.get(metric, metric.replace("_", " "))
+    """The metric table's label for ``metric`` (its name, spaced, for names not in the table)."""
+    return METRICS[metric].label if metric in METRICS else metric.replace("_", " ")
+
+
+def _scale(metric: str) -> float:
+    """Fractions are drawn as percentages."""
+    return 100.0 if metric not in METRICS or METRICS[metric].unit == "%" else 1.0
+
+
+def _axis_label(metric: str) -> str:
+    return METRICS[metric].axis_label if metric in METRICS else f"{metric_label(metric)} (%)"
 
 
 def mark_training_range(axes: plt.Axes, train_lengths: Sequence[int]) -> None:
@@ -31,10 +36,12 @@ def mark_training_range(axes: plt.Axes, train_lengths: Sequence[int]) -> None:
     axes.axvline(high + 0.5, color="0.4", linestyle=":", linewidth=1)
 
 
-def _finish(figure: plt.Figure, axes: plt.Axes, title: str, ylabel: str, path: Path) -> Path:
+def _finish(figure: plt.Figure, axes: plt.Axes, title: str, ylabel: str, path: Path,
+            percent: bool = True) -> Path:
     axes.set_xlabel("task length n (tokens)")
     axes.set_ylabel(ylabel)
-    axes.set_ylim(-2, 102)
+    if percent:
+        axes.set_ylim(-2, 102)
     axes.set_title(title, fontsize=10)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8, loc="best")
@@ -64,10 +71,13 @@ def plot_eval_curve(lengths: Sequence[int], curves: dict[str, Sequence[float]],
 
 def plot_comparison(groups: dict[str, dict[str, np.ndarray]], train_lengths: Sequence[int],
                     metric: str, title: str, path: str | Path, show: str = "both") -> Path:
-    """Curves per group: mean over seeds with a ±1 std band and/or the max over seeds.
+    """Curves per group: mean over seeds with a ±1 std band and/or the best seed.
 
-    ``groups[name]`` holds ``lengths``, ``mean``, ``std``, ``max`` (fractions) and ``runs``.
+    ``groups[name]`` holds ``lengths``, ``mean``, ``std``, ``best`` (the metric's values) and
+    ``runs``; the best seed is the max (the min for metrics where lower is better).
     """
+    scale = _scale(metric)
+    best = "max" if metric not in METRICS or METRICS[metric].higher_is_better else "min"
     figure, axes = plt.subplots(figsize=(8, 4.5))
     mark_training_range(axes, train_lengths)
     for name, group in groups.items():
@@ -75,14 +85,16 @@ def plot_comparison(groups: dict[str, dict[str, np.ndarray]], train_lengths: Seq
         seeds = f"{runs} seed{'s' if runs != 1 else ''}"
         color = None
         if show in ("mean", "both"):
-            line, = axes.plot(x, 100 * group["mean"], linewidth=2,
+            line, = axes.plot(x, scale * group["mean"], linewidth=2,
                               label=f"{name} ({seeds}): mean ± std")
             color = line.get_color()
-            band = np.clip([group["mean"] - group["std"], group["mean"] + group["std"]], 0, 1)
-            axes.fill_between(x, 100 * band[0], 100 * band[1], color=color, alpha=0.2)
+            band = np.array([group["mean"] - group["std"], group["mean"] + group["std"]])
+            band = np.clip(band, 0, 1) if scale == 100.0 else band
+            axes.fill_between(x, scale * band[0], scale * band[1], color=color, alpha=0.2)
         if show in ("max", "both"):
-            axes.plot(x, 100 * group["max"], linestyle="--", linewidth=1.2, color=color,
-                      label=f"{name} ({seeds}): max over seeds")
-    shown = {"both": "mean ± std (solid, band) and max over seeds (dashed)",
-             "mean": "mean ± std over seeds", "max": "max over seeds"}[show]
-    return _finish(figure, axes, f"{title}\n{shown}", f"{metric_label(metric)} (%)", Path(path))
+            axes.plot(x, scale * group["best"], linestyle="--", linewidth=1.2, color=color,
+                      label=f"{name} ({seeds}): {best} over seeds")
+    shown = {"both": f"mean ± std (solid, band) and {best} over seeds (dashed)",
+             "mean": "mean ± std over seeds", "max": f"{best} over seeds"}[show]
+    return _finish(figure, axes, f"{title}\n{shown}", _axis_label(metric), Path(path),
+                   percent=scale == 100.0)

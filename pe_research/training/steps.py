@@ -13,14 +13,23 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import optax
 from flax import nnx
 from jax.sharding import Mesh
 
+from pe_research.evaluation.metrics import (
+    Outputs,
+    batch_values,
+    example_sums,
+    token_cross_entropy,
+    training_metrics,
+)
+from pe_research.evaluation.metrics import summarize as summarize_sums
 from pe_research.mesh import replicated
-from pe_research.metrics import sequence_correct, token_accuracy, token_cross_entropy
-from pe_research.model import Seq2SeqTransformer
+from pe_research.model import Seq2SeqTransformer, build_model
 from pe_research.positional.randomize import make_positions
+from pe_research.training.optimizer import make_optimizer
 
 Batch = Mapping[str, jax.Array]
 EVAL_KEY_TAG = 0x0E7A1  # folded into the seed for evaluation-time random positions
@@ -78,8 +87,8 @@ def make_steps(model: Seq2SeqTransformer, optimizer: optax.GradientTransformatio
         (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, key)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
-        metrics = {"loss": loss, "grad_norm": optax.global_norm(grads),
-                   **_accuracies(logits, batch)}
+        metrics = {**batch_values(_outputs(logits, batch), training_metrics()), "loss": loss,
+                   "grad_norm": optax.global_norm(grads)}
         return params, opt_state, metrics
 
     def eval_step(params, batch):
@@ -97,32 +106,26 @@ def make_steps(model: Seq2SeqTransformer, optimizer: optax.GradientTransformatio
     return steps, params
 
 
-def _accuracies(logits_BxTxV: jax.Array, batch: Batch) -> dict[str, jax.Array]:
-    mask = batch["target_mask"]
-    correct = sequence_correct(jnp.argmax(logits_BxTxV, -1), batch["target_output"], mask)
-    real = jnp.any(mask, axis=-1)
-    return {"token_accuracy": token_accuracy(logits_BxTxV, batch["target_output"], mask),
-            "sequence_accuracy": jnp.sum(correct & real) / jnp.maximum(jnp.sum(real), 1)}
+def _outputs(logits_BxTxV: jax.Array, batch: Batch) -> Outputs:
+    return Outputs(logits_BxTxV, batch["target_output"], batch["target_mask"])
 
 
 def eval_sums(logits_BxTxV: jax.Array, batch: Batch) -> dict[str, jax.Array]:
-    """Sums that add up over batches: loss and correct tokens per token, correct sequences."""
-    mask = batch["target_mask"]
-    tokens = jnp.sum(mask)
-    real = jnp.any(mask, axis=-1)  # rows padding the batch dimension have no real token
-    correct = sequence_correct(jnp.argmax(logits_BxTxV, -1), batch["target_output"], mask)
-    return {
-        "loss_sum": token_cross_entropy(logits_BxTxV, batch["target_output"], mask) * tokens,
-        "correct_tokens": token_accuracy(logits_BxTxV, batch["target_output"], mask) * tokens,
-        "tokens": tokens.astype(jnp.float32),
-        "correct_sequences": jnp.sum(correct & real).astype(jnp.float32),
-        "sequences": jnp.sum(real).astype(jnp.float32),
-    }
+    """Sums over the batch that add up over batches: each training metric's numerator and count."""
+    sums = example_sums(_outputs(logits_BxTxV, batch), training_metrics())
+    return {key: jnp.sum(value) for key, value in sums.items()}
 
 
 def summarize(sums: Mapping[str, float]) -> dict[str, float]:
-    """Mean loss, token accuracy and sequence accuracy from accumulated ``eval_sums``."""
-    tokens, sequences = max(sums["tokens"], 1.0), max(sums["sequences"], 1.0)
-    return {"loss": sums["loss_sum"] / tokens,
-            "token_accuracy": sums["correct_tokens"] / tokens,
-            "sequence_accuracy": sums["correct_sequences"] / sequences}
+    """Every training metric (loss, token and sequence accuracy, ...) from accumulated sums."""
+    return summarize_sums(sums, training_metrics())
+
+
+def initial_train_state(config: ml_collections.ConfigDict, vocab_size: int, mesh: Mesh,
+                        ) -> tuple[Steps, nnx.State, optax.OptState]:
+    """Jitted steps plus fresh parameters and optimizer state, replicated over ``mesh``."""
+    optimizer = make_optimizer(config.train)
+    steps, params = make_steps(build_model(config, vocab_size), optimizer, config.seed, mesh)
+    params = jax.device_put(params, replicated(mesh))
+    opt_state = jax.device_put(optimizer.init(params), replicated(mesh))
+    return steps, params, opt_state

@@ -1,6 +1,6 @@
 """Orbax checkpoints of a run: params, optimizer state, step + data position, config.
 
-Layout: ``run_dir/checkpoints/<step>/{params, opt_state, meta, config}`` written by an Orbax
+Layout: ``RUN_DIR/checkpoints/<step>/{params, opt_state, meta, config}`` written by an Orbax
 ``CheckpointManager`` (args API, asynchronous). The latest ``keep`` steps are kept, plus the best
 one by an eval metric. A step that cannot be read back (a file truncated or missing) is skipped
 with a warning in favour of the previous good one.
@@ -8,20 +8,22 @@ with a warning in favour of the previous good one.
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import jax
+import ml_collections
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as policies
 
-CHECKPOINT_DIR = "checkpoints"
-CORRUPT_DIR = "corrupt_checkpoints"
+from pe_research.config import best_mode
+from pe_research.runs.run_dir import CORRUPT_DIR, RunDir
+
+__all__ = ["CORRUPT_DIR", "Checkpointer", "abstract_like", "run_checkpointer"]
 
 
 def abstract_like(tree: Any, sharding: jax.sharding.Sharding | None = None) -> Any:
@@ -132,74 +134,13 @@ def _metric_getter(name: str) -> Callable[[Mapping[str, float]], float]:
     return lambda metrics: float(metrics[name])
 
 
-@dataclasses.dataclass
-class RestoredRun:
-    """A trained model ready for evaluation, with the config and task it was trained with."""
+def run_checkpointer(config: ml_collections.ConfigDict, run_dir: str | Path, *,
+                     read_only: bool = False) -> Checkpointer:
+    """The checkpointer of a run directory, ranking steps by ``train.best_metric``.
 
-    model: Any  # Seq2SeqTransformer
-    config: Any  # ml_collections.ConfigDict (overrides applied)
-    task: Any  # pe_research.tasks.Task with the run's vocabulary
-    step: int
-    run_dir: Path
-
-
-def restore_model(run_dir: str | Path, step: int | str = "best", overrides: Sequence[str] = (),
-                  *, device: jax.Device | None = None) -> RestoredRun:
-    """Load a run's model for evaluation onto ``device`` (default: the first local device).
-
-    ``step`` is 'best' (by ``train.best_metric``), 'latest' or a step number. ``overrides``
-    (``'model.pe.scale=2'`` ...) change test-time settings. The arrays are restored straight
-    into the target device, whatever devices the run was trained on. For 'best' and 'latest',
-    an unreadable step is skipped with a warning in favour of the previous good one.
+    No metric is tracked when periodic evaluation is off (``train.eval_every`` 0): 'best' is
+    then the latest step.
     """
-    from flax import nnx
-
-    from pe_research.config import load_run_config
-    from pe_research.tasks import VOCABULARY_FILE, Vocabulary, get_task
-    from pe_research.train_state import abstract_model, build_model
-    from pe_research.validation import best_mode
-
-    run_dir = Path(run_dir).absolute()
-    config = load_run_config(run_dir, overrides)
-    vocabulary = Vocabulary.load(run_dir) if (run_dir / VOCABULARY_FILE).exists() else None
-    task = get_task(config.task.to_dict(), config.data.to_dict(), vocabulary=vocabulary)
-    best_metric = config.train.best_metric if config.train.eval_every else ""
-    checkpointer = Checkpointer(run_dir / CHECKPOINT_DIR, best_metric=best_metric,
-                                best_mode=best_mode(best_metric), read_only=True)
-    steps = checkpointer.steps()
-    if not steps:
-        raise FileNotFoundError(f"no checkpoint in {checkpointer.directory}")
-    candidates = _candidate_steps(step, steps, checkpointer)
-    graphdef, params, rest = nnx.split(abstract_model(config, task.vocabulary.size),
-                                       nnx.Param, ...)
-    if jax.tree.leaves(rest):  # non-parameter state is rebuilt, not restored
-        _, _, rest = nnx.split(build_model(config, task.vocabulary.size), nnx.Param, ...)
-    target = abstract_like(params, jax.sharding.SingleDeviceSharding(
-        device or jax.local_devices()[0]))
-    for index, candidate in enumerate(candidates):
-        try:
-            restored = checkpointer.restore(candidate, params=target)["params"]
-        except Exception as error:  # noqa: BLE001
-            if index == len(candidates) - 1:
-                raise
-            warnings.warn(f"checkpoint step {candidate} in {checkpointer.directory} is "
-                          f"unreadable ({type(error).__name__}); trying the previous one",
-                          stacklevel=2)
-            continue
-        model = nnx.merge(graphdef, restored, rest)
-        return RestoredRun(model=model, config=config, task=task, step=candidate,
-                           run_dir=run_dir)
-    raise AssertionError("unreachable")
-
-
-def _candidate_steps(step: int | str, steps: list[int], checkpointer: Checkpointer) -> list[int]:
-    """The requested step first, then (for 'best'/'latest') earlier steps as fallbacks."""
-    if isinstance(step, int) or str(step).isdigit():
-        if int(step) not in steps:
-            raise ValueError(f"no checkpoint step {step} in {checkpointer.directory}; "
-                             f"steps: {steps}")
-        return [int(step)]
-    if step not in ("best", "latest"):
-        raise ValueError(f"step must be 'best', 'latest' or a number, not {step!r}")
-    first = checkpointer.best_step() if step == "best" else steps[-1]
-    return [first] + [s for s in reversed(steps) if s != first]
+    metric = config.train.best_metric if config.train.eval_every else ""
+    return Checkpointer(RunDir(run_dir).checkpoints, keep=config.train.keep_checkpoints,
+                        best_metric=metric, best_mode=best_mode(metric), read_only=read_only)

@@ -22,21 +22,23 @@ from jax.sharding import Mesh
 from tqdm import tqdm
 
 from pe_research import data
-from pe_research.checkpoint import CHECKPOINT_DIR, Checkpointer, abstract_like
-from pe_research.config import CONFIG_FILE, save_config, to_dict
+from pe_research.config import save_config, to_dict, validate_config
 from pe_research.errors import ConfigError
 from pe_research.mesh import (
+    check_batch_fits,
     data_mesh,
     maybe_initialize_distributed,
     replicated,
     sync_processes,
     to_host,
 )
-from pe_research.tasks import VOCABULARY_FILE, Vocabulary, get_task
-from pe_research.tracking import make_writer
-from pe_research.train_eval import PeriodicEvaluator
-from pe_research.train_state import initial_train_state, learning_rate_schedule
-from pe_research.validation import best_mode, validate_config
+from pe_research.runs.checkpoint import abstract_like, run_checkpointer
+from pe_research.runs.restore import run_task
+from pe_research.runs.run_dir import RunDir
+from pe_research.runs.tracking import make_writer
+from pe_research.training.optimizer import learning_rate_schedule
+from pe_research.training.periodic_eval import PeriodicEvaluator
+from pe_research.training.steps import initial_train_state
 
 # Keys that may change when an existing run directory is trained further.
 RESUMABLE_CHANGES = ("train.steps", "train.log_every", "train.eval_every",
@@ -72,7 +74,7 @@ def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def prepare_run_dir(config: ml_collections.ConfigDict, run_dir: Path, task: Any) -> None:
     """Refuse a run directory trained with a different config; write config.json + vocabulary."""
-    path = run_dir / CONFIG_FILE
+    path = RunDir(run_dir).config
     if path.exists():
         old, new = _flat(json.loads(path.read_text())), _flat(to_dict(config))
         for key in sorted(set(old) | set(new)):
@@ -82,17 +84,8 @@ def prepare_run_dir(config: ml_collections.ConfigDict, run_dir: Path, task: Any)
     sync_processes("pe_research_run_dir_checked")  # every process has read before any writes
     if jax.process_index() == 0:
         save_config(config, run_dir)
-        task.vocabulary.save(run_dir)
+        task.vocabulary.save(RunDir(run_dir).vocabulary)
     sync_processes("pe_research_run_dir_written")
-
-
-def check_divisible(config: ml_collections.ConfigDict, mesh: Mesh) -> None:
-    """Batches split evenly over the devices of the mesh."""
-    for key in ("data.batch_size", "eval.batch_size"):
-        block, name = key.split(".")
-        if config[block][name] % mesh.size:
-            raise ConfigError(key, config[block][name],
-                              f"must be a multiple of the {mesh.size} devices in use")
 
 
 def train(config: ml_collections.ConfigDict, workdir: str | Path, *,
@@ -101,18 +94,15 @@ def train(config: ml_collections.ConfigDict, workdir: str | Path, *,
     maybe_initialize_distributed(config.distributed)
     validate_config(config)
     run_dir = Path(workdir).absolute()
-    # A resumed run keeps its vocabulary (dataset tasks build theirs from the training split).
-    vocabulary = Vocabulary.load(run_dir) if (run_dir / VOCABULARY_FILE).exists() else None
-    task = get_task(config.task.to_dict(), config.data.to_dict(), vocabulary=vocabulary)
+    task = run_task(config, run_dir)
     mesh = mesh or data_mesh()
-    check_divisible(config, mesh)
+    check_batch_fits("data.batch_size", config.data.batch_size, mesh)
+    check_batch_fits("eval.batch_size", config.eval.batch_size, mesh)
     prepare_run_dir(config, run_dir, task)
 
     steps, params, opt_state = initial_train_state(config, task.vocabulary.size, mesh)
 
-    best_metric = config.train.best_metric if config.train.eval_every else ""
-    checkpointer = Checkpointer(run_dir / CHECKPOINT_DIR, keep=config.train.keep_checkpoints,
-                                best_metric=best_metric, best_mode=best_mode(best_metric))
+    checkpointer = run_checkpointer(config, run_dir)
     restored = checkpointer.restore_latest_good(
         params=abstract_like(params, replicated(mesh)),
         opt_state=abstract_like(opt_state, replicated(mesh)), quarantine=True)
@@ -132,7 +122,7 @@ def train(config: ml_collections.ConfigDict, workdir: str | Path, *,
         writer.finish()
     return TrainResult(run_dir=run_dir, step=config.train.steps,
                        compilations=steps.compilations, steps_per_second=loop.steps_per_second,
-                       metrics=metrics, checkpoint_dir=run_dir / CHECKPOINT_DIR,
+                       metrics=metrics, checkpoint_dir=checkpointer.directory,
                        wandb_run=getattr(writer, "wandb_run_path", None))
 
 

@@ -4,7 +4,7 @@
     pe-research eval runs/default --lengths 8,16,32 --name ntk4 \\
         --config.model.pe.scaling.type=ntk --config.model.pe.scaling.factor=4
 
-Only test-time keys may be overridden (``evaluate.EVAL_SAFE_KEYS``); anything that would change
+Only test-time keys may be overridden (``runs.restore.EVAL_SAFE_KEYS``); anything that would change
 the trained model or task is refused. Results: ``RUN_DIR/eval/<name>.{json,csv,png}``.
 """
 
@@ -13,8 +13,10 @@ from __future__ import annotations
 import argparse
 
 from pe_research.errors import ConfigError
-from pe_research.eval_results import DEFAULT_NAME, check_name, evaluate_and_write
-from pe_research.evaluate import EvalResult
+from pe_research.evaluation.metrics import HEADLINE, METRICS
+from pe_research.evaluation.range_eval import EvalResult
+from pe_research.evaluation.results import evaluate_and_write
+from pe_research.runs.run_dir import DEFAULT_EVAL_NAME, check_eval_name
 
 
 def parse_lengths(text: str) -> tuple[int, ...]:
@@ -45,24 +47,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="checkpoint: 'latest', 'best' or a step (default: eval.checkpoint)")
     parser.add_argument("--lengths", default=None,
                         help="task lengths: 1:500, 1:500:10 or 1,2,5 (default: eval.lengths)")
-    parser.add_argument("--name", default=DEFAULT_NAME,
-                        help=f"results name: RUN_DIR/eval/NAME.json (default {DEFAULT_NAME!r})")
+    parser.add_argument("--name", default=DEFAULT_EVAL_NAME,
+                        help="results name: RUN_DIR/eval/NAME.json "
+                             f"(default {DEFAULT_EVAL_NAME!r})")
 
 
 def format_table(result: EvalResult) -> str:
-    """The rows as a fixed-width text table, percentages."""
-    lines = [f"{'length':>6} {'samples':>7} {'exact%':>7} {'95% interval':>15} "
-             f"{'decoded tok%':>12} {'forced tok%':>11} {'loss':>7}"]
+    """The rows as a fixed-width text table: every metric of the table, fractions as %."""
+    names = [name for name in METRICS if result.rows and name in result.rows[0].values]
+    headers = {name: METRICS[name].label.replace("teacher-forced", "forced")
+               + (" %" if METRICS[name].unit == "%" else "") for name in names}
+    interval = f"{HEADLINE} 95% interval"
+    lines = ["  ".join([f"{'length':>6}", f"{'samples':>7}"]
+                       + [f"{headers[n]:>{max(len(headers[n]), 7)}}" for n in names]
+                       + [f"{interval:>{len(interval)}}"])]
     for row in result.rows:
-        interval = f"[{100 * row.exact_match_low:5.1f}, {100 * row.exact_match_high:5.1f}]"
-        lines.append(f"{row.length:>6} {row.samples:>7} {100 * row.exact_match:>7.1f} "
-                     f"{interval:>15} {100 * row.decoded_token_accuracy:>12.1f} "
-                     f"{100 * row.token_accuracy:>11.1f} {row.loss:>7.3f}")
+        cells = [f"{row.length:>6}", f"{row.samples:>7}"]
+        cells += [f"{METRICS[n].display(row.values[n]):>{max(len(headers[n]), 7)}}"
+                  for n in names]
+        low, high = row.values[f"{HEADLINE}_low"], row.values[f"{HEADLINE}_high"]
+        cells.append(f"{f'[{100 * low:5.1f}, {100 * high:5.1f}]':>{len(interval)}}")
+        lines.append("  ".join(cells))
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
-    name = check_name(args.name)
+    name = check_eval_name(args.name)
     lengths = parse_lengths(args.lengths) if args.lengths else None
     overrides = list(getattr(args, "config_overrides", []))
     loaded, result, paths = evaluate_and_write(args.run_dir, checkpoint=args.step,

@@ -1,0 +1,37 @@
+"""Experiment configs: the schema with every default, dotted overrides, validation, files.
+
+schema     every key and its default; ``base_config()`` is where config files start
+overrides  ``--config.model.pe.type=alibi``: parsed by the type of the value it replaces
+validate   every key, type and value checked before anything is compiled
+files      ``configs/<name>.py`` -> ConfigDict; a run's ``config.json`` saved and reloaded
+"""
+
+from pe_research.config.files import (
+    from_mapping,
+    load_config,
+    load_run_config,
+    save_config,
+    to_dict,
+)
+from pe_research.config.overrides import (
+    apply_overrides,
+    collect_overrides,
+    parse_value,
+    split_override,
+)
+from pe_research.config.schema import (
+    BLOCK_DEFAULTS,
+    MODEL_DEFAULTS,
+    TOP_LEVEL_DEFAULTS,
+    base_config,
+    complete,
+    default_task_block,
+)
+from pe_research.config.validate import best_mode, validate_config
+
+__all__ = [
+    "BLOCK_DEFAULTS", "MODEL_DEFAULTS", "TOP_LEVEL_DEFAULTS", "apply_overrides", "base_config",
+    "best_mode", "collect_overrides", "complete", "default_task_block", "from_mapping",
+    "load_config", "load_run_config", "parse_value", "save_config", "split_override", "to_dict",
+    "validate_config",
+]

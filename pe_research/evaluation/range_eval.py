@@ -1,0 +1,187 @@
+"""Range evaluation: accuracy against task length on the frozen eval sets, one compile per bucket.
+
+For every length n of a grid, every example of the frozen eval set at n is scored by every metric
+of the metric table (``evaluation.metrics``): teacher-forced (token and sequence accuracy, loss)
+and greedy-decoded with the key/value cache (token accuracy and exact match, the headline, with
+a 95% Wilson interval). Batches are padded to the length buckets of ``data.buckets``, so the
+jitted function compiles once per (source, target) bucket pair, never once per length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh
+
+from pe_research import data
+from pe_research.errors import ConfigError
+from pe_research.evaluation.metrics import METRICS, Outputs, example_sums, summarize
+from pe_research.mesh import check_batch_fits, replicated, to_host
+from pe_research.model.decoding import greedy_decode
+from pe_research.positional.randomize import randomize_settings
+from pe_research.positional.registry import scheme_class
+from pe_research.runs.restore import LoadedRun
+from pe_research.runs.run_dir import RunDir
+from pe_research.special_tokens import EOS_ID
+from pe_research.training.steps import EVAL_KEY_TAG, batch_positions
+
+
+@dataclasses.dataclass(frozen=True)
+class LengthResult:
+    """Every metric of the table over the eval examples of one task length.
+
+    ``values`` maps metric names (and ``<name>_low``/``_high``, the 95% Wilson interval of
+    interval metrics) to values; ``row.exact_match`` reads ``values['exact_match']``.
+    """
+
+    length: int
+    samples: int
+    values: dict[str, float]
+
+    def __getattr__(self, name: str) -> float:
+        values = self.__dict__.get("values", {})
+        if name in values:
+            return values[name]
+        raise AttributeError(f"no metric {name!r} in this row; metrics: {sorted(values)}")
+
+    def as_dict(self) -> dict[str, float]:
+        """One flat record: length, samples and every value (the JSON/CSV row)."""
+        return {"length": self.length, "samples": self.samples, **self.values}
+
+
+def row_fields(rows: Sequence[LengthResult]) -> list[str]:
+    """Columns of a results table: length, samples, then every value the rows hold."""
+    fields = ["length", "samples"]
+    for row in rows:
+        fields += [name for name in row.values if name not in fields]
+    return fields
+
+
+@dataclasses.dataclass
+class EvalResult:
+    """One curve: a row per length, plus how many shapes were compiled and how long it took."""
+
+    rows: list[LengthResult]
+    compilations: int
+    compiled_shapes: list[tuple[int, int, int]]  # (batch, source width, target width)
+    seconds: float
+
+
+def summarize_length(length: int, totals: Mapping[str, float]) -> LengthResult:
+    """A ``LengthResult`` from per-length sums of every metric's numerator and count."""
+    metrics = list(METRICS.values())
+    return LengthResult(length=int(length), samples=int(totals["sequences"]),
+                        values=summarize(totals, metrics))
+
+
+def example_statistics(model: Any, batch: Mapping[str, jax.Array],
+                       position_key: jax.Array) -> dict[str, jax.Array]:
+    """Per-example ``[B]`` numerators and counts of every metric; traced once per shape."""
+    pe = model.config.pe
+    source_positions, target_positions = batch_positions(pe, batch, position_key, training=False)
+    logits = model(batch["source"], batch["target_input"], source_positions, target_positions,
+                   batch["source_mask"], batch["target_mask"])
+    decoded = greedy_decode(model, batch["source"], source_positions, batch["source_mask"],
+                            target_positions, eos_id=EOS_ID)
+    outputs = Outputs(logits, batch["target_output"], batch["target_mask"], decoded)
+    return example_sums(outputs, list(METRICS.values()))
+
+
+def eval_position_key(seed: int) -> jax.Array:
+    """The key the training-time evaluation draws positions from (matters only if randomized)."""
+    return jax.random.split(jax.random.fold_in(jax.random.key(seed), EVAL_KEY_TAG))[0]
+
+
+def check_positions_fit(pe: Mapping[str, Any], widths: Mapping[int, tuple[int, int]]) -> None:
+    """ConfigError before compiling if the scheme cannot represent the positions needed."""
+    max_position, policy = randomize_settings(pe)
+    randomized = max_position > 0 and policy == "randomized"
+    for length, (source_width, target_width) in sorted(widths.items()):
+        needed = max_position if randomized else max(source_width, target_width)
+        try:
+            scheme_class(pe["type"]).check_positions(pe, needed)
+        except ConfigError as error:
+            raise ConfigError(error.key, error.value,
+                              f"{error.valid} (task length {length} is padded to "
+                              f"{max(source_width, target_width)} tokens)") from None
+
+
+class RangeEvaluator:
+    """A model's parameters evaluated over a grid of lengths; compiles once per batch shape."""
+
+    def __init__(self, config: ml_collections.ConfigDict, graphdef: Any, rest: Any, mesh: Mesh):
+        self.config, self.mesh = config, mesh
+        self.compiled_shapes: list[tuple[int, int, int]] = []
+        position_key = eval_position_key(config.seed)
+
+        def statistics(params, batch):
+            shape = (*batch["source"].shape, batch["target_input"].shape[1])
+            self.compiled_shapes.append(shape)  # runs at trace time: once per compiled shape
+            return example_statistics(nnx.merge(graphdef, params, rest), batch, position_key)
+
+        self.statistics = jax.jit(statistics, out_shardings=replicated(mesh))
+
+    @property
+    def compilations(self) -> int:
+        return len(self.compiled_shapes)
+
+    def plan(self, dataset: Any, lengths: Sequence[int], batch_size: int,
+             buckets: Sequence[int]) -> dict[int, tuple[int, int]]:
+        """Padded (source, target) widths per length; every check that can fail runs here."""
+        check_batch_fits("eval.batch_size", batch_size, self.mesh)
+        widths = {}
+        for length in lengths:
+            first = next(data.eval_batches(dataset, length, batch_size, buckets,
+                                           jax.process_index(), jax.process_count()))
+            widths[length] = (first["source"].shape[1], first["target_input"].shape[1])
+        check_positions_fit(self.config.model.pe, widths)
+        return widths
+
+    def __call__(self, params: Any, dataset: Any, lengths: Sequence[int], batch_size: int,
+                 buckets: Sequence[int]) -> EvalResult:
+        """Evaluate ``params`` at every length; rows in the order of ``lengths``."""
+        self.plan(dataset, lengths, batch_size, buckets)
+        start, compiled_before = time.perf_counter(), self.compilations
+        rows = []
+        for length in lengths:
+            pending = [self.statistics(params, data.global_batch(batch, self.mesh))
+                       for batch in data.eval_batches(dataset, length, batch_size, buckets,
+                                                      jax.process_index(), jax.process_count())]
+            totals: dict[str, float] = {}
+            for statistics in pending:
+                for key, value in statistics.items():
+                    totals[key] = totals.get(key, 0.0) + float(
+                        np.sum(to_host(value), dtype=np.float64))
+            rows.append(summarize_length(length, totals))
+        return EvalResult(rows=rows, compilations=self.compilations - compiled_before,
+                          compiled_shapes=self.compiled_shapes[compiled_before:],
+                          seconds=time.perf_counter() - start)
+
+
+def default_lengths(config: ml_collections.ConfigDict) -> tuple[int, ...]:
+    """``eval.lengths``, or every length from the shortest trained up to twice the longest."""
+    if config.eval.lengths:
+        return tuple(int(n) for n in config.eval.lengths)
+    low, high = (int(n) for n in config.data.train_lengths)
+    return tuple(range(low, 2 * high + 1))
+
+
+def evaluate_run(run: LoadedRun, lengths: Sequence[int] | None = None,
+                 buckets: Sequence[int] | None = None) -> EvalResult:
+    """Evaluate a loaded run (``load_run``) over ``lengths`` (default ``default_lengths``) on its
+    frozen eval sets; one row per length, every metric of the table."""
+    config = run.config
+    lengths = tuple(int(n) for n in (lengths or default_lengths(config)))
+    run.task.check_lengths(lengths, "--lengths")
+    dataset = data.eval_dataset(run.task, lengths, config.data.eval_samples, config.seed,
+                                str(RunDir(run.run_dir).eval_data(config.data)))
+    evaluator = RangeEvaluator(config, run.graphdef, run.rest, run.mesh)
+    return evaluator(run.params, dataset, lengths, config.eval.batch_size,
+                     tuple(buckets or config.data.buckets))

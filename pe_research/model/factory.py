@@ -1,0 +1,24 @@
+"""The model a config describes: built with parameters, or as an abstract structure to restore."""
+
+from __future__ import annotations
+
+import ml_collections
+from flax import nnx
+
+from pe_research.model.config import ModelConfig
+from pe_research.model.transformer import Seq2SeqTransformer
+
+
+def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> ModelConfig:
+    """The typed model config; the vocabulary size comes from the task."""
+    return ModelConfig.from_mapping({**config.model.to_dict(), "vocab_size": vocab_size})
+
+
+def build_model(config: ml_collections.ConfigDict, vocab_size: int) -> Seq2SeqTransformer:
+    """A freshly initialised model (parameters from ``config.seed``)."""
+    return Seq2SeqTransformer(model_config(config, vocab_size), rngs=nnx.Rngs(config.seed))
+
+
+def abstract_model(config: ml_collections.ConfigDict, vocab_size: int) -> Seq2SeqTransformer:
+    """The model's structure with shape/dtype placeholders instead of arrays (no compute)."""
+    return nnx.eval_shape(lambda: build_model(config, vocab_size))

@@ -1,0 +1,143 @@
+"""``load_run``: the one way to restore a trained run, for evaluation, analysis and comparison.
+
+It reads the run's config (with test-time overrides only), rebuilds its task with the stored
+vocabulary, picks a checkpoint ('best', 'latest' or a step) and restores the parameters straight
+onto the devices present, whatever devices the run was trained on. For 'best' and 'latest' an
+unreadable step is skipped with a warning in favour of the previous good one; an unreadable step
+asked for by number is a one-line error. Restoring never writes to the run directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import ml_collections
+from flax import nnx
+from jax.sharding import Mesh
+
+from pe_research.config import load_run_config, split_override
+from pe_research.errors import ConfigError
+from pe_research.mesh import data_mesh, replicated
+from pe_research.model import Seq2SeqTransformer, abstract_model, build_model
+from pe_research.runs.checkpoint import Checkpointer, abstract_like, run_checkpointer
+from pe_research.runs.run_dir import RunDir
+from pe_research.tasks import Task, Vocabulary, get_task
+
+CHECKPOINT_CHOICES = ("best", "latest")
+# Keys a saved run may change when restored: test-time settings, never the model or the task.
+EVAL_SAFE_KEYS = ("model.pe.scaling", "model.pe.randomize.eval_policy", "model.dtype",
+                  "model.attention_implementation", "data.buckets", "data.eval_samples",
+                  "data.eval_cache_dir", "eval", "wandb")
+
+
+@dataclasses.dataclass
+class LoadedRun:
+    """A run's config, task and restored parameters, placed replicated on ``mesh``."""
+
+    run_dir: Path
+    config: ml_collections.ConfigDict
+    task: Task
+    step: int
+    graphdef: Any
+    params: Any
+    rest: Any
+    mesh: Mesh
+
+    @property
+    def model(self) -> Seq2SeqTransformer:
+        """The restored model as an NNX module (parameters shared with ``params``)."""
+        return nnx.merge(self.graphdef, self.params, self.rest)
+
+
+def run_task(config: ml_collections.ConfigDict, run_dir: str | Path) -> Task:
+    """The run's task, with the vocabulary stored in the run when there is one.
+
+    Dataset tasks build their vocabulary from the training split, so a resumed or restored run
+    must keep the stored one.
+    """
+    path = RunDir(run_dir).vocabulary
+    vocabulary = Vocabulary.load(path) if path.exists() else None
+    return get_task(config.task.to_dict(), config.data.to_dict(), vocabulary=vocabulary)
+
+
+def check_eval_overrides(overrides: Sequence[str]) -> None:
+    """ConfigError for an override that would change what was trained (weights, task, data)."""
+    for text in overrides:
+        key, value = split_override(text)
+        if not any(key == safe or key.startswith(safe + ".") for safe in EVAL_SAFE_KEYS):
+            raise ConfigError(key, value, "cannot change at evaluation (the checkpoint was "
+                              "trained with the stored value); eval-time keys are "
+                              + ", ".join(EVAL_SAFE_KEYS))
+
+
+def candidate_steps(checkpointer: Checkpointer, checkpoint: str | int) -> list[int]:
+    """The step asked for first, then (for 'best'/'latest') every earlier step as a fallback."""
+    steps = checkpointer.steps()
+    if not steps:
+        raise ConfigError("--step", checkpoint, f"no checkpoints in {checkpointer.directory}")
+    if str(checkpoint).isdigit():
+        if int(checkpoint) not in steps:
+            raise ConfigError("--step", checkpoint,
+                              f"'latest', 'best' or one of the saved steps {steps}")
+        return [int(checkpoint)]
+    if checkpoint not in CHECKPOINT_CHOICES:
+        raise ConfigError("--step", checkpoint,
+                          f"'latest', 'best' or one of the saved steps {steps}")
+    best = checkpointer.best_step() if checkpoint == "best" else None
+    first = steps[-1] if best is None else best
+    return [first] + [step for step in reversed(steps) if step != first]
+
+
+def restore_params(checkpointer: Checkpointer, candidates: Sequence[int], target: Any,
+                   explicit: bool) -> tuple[int, Any]:
+    """The first candidate step that restores into ``target``, warning about each one skipped."""
+    for index, step in enumerate(candidates):
+        try:
+            return step, checkpointer.restore(step, params=target)["params"]
+        except Exception as error:  # noqa: BLE001 - any unreadable step is skipped or reported
+            reason = f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"
+            if explicit:
+                raise ConfigError("--step", step, f"checkpoint step {step} in "
+                                  f"{checkpointer.directory} is unreadable ({reason}); ask for "
+                                  "'latest' or 'best' to fall back to a good one") from None
+            if index == len(candidates) - 1:
+                raise ConfigError("--step", "latest", f"no readable checkpoint in "
+                                  f"{checkpointer.directory}; the last error was {reason}") \
+                    from None
+            warnings.warn(f"checkpoint step {step} in {checkpointer.directory} is unreadable "
+                          f"({reason}); falling back to step {candidates[index + 1]}",
+                          stacklevel=3)
+    raise AssertionError("unreachable")
+
+
+def load_run(run_dir: str | Path, checkpoint: str | int | None = None,
+             overrides: Sequence[str] = (), mesh: Mesh | None = None) -> LoadedRun:
+    """Restore a checkpoint of ``run_dir`` onto ``mesh`` (default: every device present).
+
+    ``checkpoint``: 'latest', 'best' or a step; None takes ``eval.checkpoint`` of the config.
+    ``overrides`` (``'model.pe.scaling.factor=2'`` ...) may change test-time keys only.
+    """
+    run_dir = Path(run_dir).absolute()
+    check_eval_overrides(overrides)
+    config = load_run_config(run_dir, overrides)
+    task = run_task(config, run_dir)
+    mesh = mesh or data_mesh()
+    checkpointer = run_checkpointer(config, run_dir, read_only=True)
+    checkpoint = config.eval.checkpoint if checkpoint in (None, "") else checkpoint
+    candidates = candidate_steps(checkpointer, checkpoint)
+    graphdef, abstract_params, rest = nnx.split(
+        abstract_model(config, task.vocabulary.size), nnx.Param, ...)
+    if jax.tree.leaves(rest):  # non-parameter state is rebuilt, not restored
+        _, _, rest = nnx.split(build_model(config, task.vocabulary.size), nnx.Param, ...)
+    target = abstract_like(abstract_params, replicated(mesh))
+    try:
+        step, params = restore_params(checkpointer, candidates, target,
+                                      explicit=str(checkpoint).isdigit())
+    finally:
+        checkpointer.close()
+    return LoadedRun(run_dir, config, task, step, graphdef, params, rest, mesh)

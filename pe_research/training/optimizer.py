@@ -1,0 +1,35 @@
+"""The optimizer a config's ``train`` block describes: optax schedule, clipping, AdamW."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import optax
+
+
+def learning_rate_schedule(train: Mapping[str, Any]) -> optax.Schedule:
+    """Linear warm-up to ``learning_rate``, then constant or cosine decay to 0 at ``steps``.
+
+    Update 0 already uses ``learning_rate / warmup_steps`` (no update is spent at zero), and
+    update ``warmup_steps - 1`` the full rate.
+    """
+    peak, warmup, total = train["learning_rate"], train["warmup_steps"], train["steps"]
+    if train["schedule"] == "cosine":
+        after = optax.cosine_decay_schedule(peak, decay_steps=max(total - warmup, 1))
+    else:
+        after = optax.constant_schedule(peak)
+    if not warmup:
+        return after
+    ramp = optax.linear_schedule(peak / warmup, peak, transition_steps=max(warmup - 1, 1))
+    return optax.join_schedules([ramp, after], boundaries=[warmup])
+
+
+def make_optimizer(train: Mapping[str, Any]) -> optax.GradientTransformation:
+    """Global-norm clipping (if ``clip_norm`` > 0) then AdamW; no decay on biases and norms."""
+    adamw = optax.adamw(learning_rate_schedule(train), weight_decay=train["weight_decay"],
+                        mask=lambda params: jax.tree.map(lambda p: p.ndim > 1, params))
+    if train["clip_norm"] > 0:
+        return optax.chain(optax.clip_by_global_norm(train["clip_norm"]), adamw)
+    return adamw
