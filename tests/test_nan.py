@@ -39,3 +39,21 @@ def test_huge_learning_rate_stops_before_checkpointing_nan(tmp_path):
 
     last = read_metrics(run_dir)[-1]
     assert last["step"] == diverged_at and last["diverged"] == 1
+
+
+@pytest.mark.slow
+def test_infinite_learning_rate_never_saves_non_finite_state(tmp_path):
+    """lr = 1e39 (inf in float32): step 1's loss and gradients are finite, its update is not."""
+    run_dir = tmp_path / "run"
+    overrides = tiny_overrides(**{
+        "train.learning_rate": 1e39, "train.warmup_steps": 0, "train.clip_norm": 0.0,
+        "train.steps": 4, "train.checkpoint_every": 1, "train.eval_every": 0,
+        "wandb.mode": "disabled"})
+    result = run_train(run_dir, overrides, check=False)
+
+    assert result.returncode == 1, result.stderr[-2000:]
+    message = next(line for line in result.stderr.splitlines() if "diverged" in line)
+    assert "diverged at step 1: the parameters or optimizer state are not finite" in message
+    assert "no checkpoint was written" in message
+    assert not [p for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit()]
+    assert read_metrics(run_dir)[-1] == {**read_metrics(run_dir)[-1], "step": 1, "diverged": 1}

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 from jax.sharding import Mesh
 from tqdm import tqdm
@@ -46,7 +47,15 @@ RESUMABLE_CHANGES = ("train.steps", "train.log_every", "train.eval_every",
 
 
 class DivergedError(RuntimeError):
-    """Loss or gradients became NaN/Inf; the last good checkpoint is left untouched."""
+    """Loss, gradients or the updated state became NaN/Inf; the last good checkpoint stays."""
+
+
+@jax.jit
+def all_finite(tree: Any) -> jax.Array:
+    """One fused reduction: True when every floating-point leaf of ``tree`` is finite."""
+    leaves = [jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(tree)
+              if jnp.issubdtype(leaf.dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
 
 
 @dataclasses.dataclass
@@ -148,17 +157,21 @@ class _Loop:
         if not (math.isfinite(values["loss"]) and math.isfinite(values["grad_norm"])):
             self.writer.log(step, {"train/loss": values["loss"],
                                    "train/grad_norm": values["grad_norm"], "diverged": 1})
-            kept = (f"the last good checkpoint is step {self.last_checkpoint} in "
-                    f"{self.checkpointer.directory}" if self.last_checkpoint is not None
-                    else "no checkpoint was written")
             raise DivergedError(
                 f"training diverged at step {step}: loss={values['loss']}, gradient norm="
-                f"{values['grad_norm']}; stopped before checkpointing it ({kept}). Try a "
+                f"{values['grad_norm']}; stopped before checkpointing it ({self.kept()}). Try a "
                 f"smaller train.learning_rate (now {self.config.train.learning_rate}) or "
                 f"train.clip_norm > 0.")
         for key, value in values.items():
             self.window[key] = self.window.get(key, 0.0) + value
         self.window_steps += 1
+
+    def kept(self) -> str:
+        """Where the last checkpoint that passed the finiteness check is."""
+        if self.last_checkpoint is None:
+            return "no checkpoint was written"
+        return (f"the last good checkpoint is step {self.last_checkpoint} in "
+                f"{self.checkpointer.directory}")
 
     def run(self, params, opt_state, start: int):
         train_cfg = self.config.train
@@ -211,6 +224,14 @@ class _Loop:
         return record
 
     def save(self, step: int, params, opt_state, eval_metrics: dict[str, float]) -> None:
+        """Checkpoint ``step`` if its parameters and optimizer state are finite; else stop."""
+        if not bool(to_host(all_finite((params, opt_state)))):
+            self.writer.log(step, {"diverged": 1})
+            raise DivergedError(
+                f"training diverged at step {step}: the parameters or optimizer state are not "
+                f"finite; stopped before checkpointing it ({self.kept()}). Try a smaller "
+                f"train.learning_rate (now {self.config.train.learning_rate}) or "
+                f"train.clip_norm > 0.")
         meta = {"step": step, "data_step": step, "seed": self.config.seed,
                 "vocab_size": self.task.vocabulary.size,
                 "compilations": self.steps.compilations}
