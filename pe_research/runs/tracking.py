@@ -19,7 +19,6 @@ from typing import Any, Protocol
 from pe_research.runs.run_dir import RunDir
 
 
-
 class Writer(Protocol):
     """What the training loop and evaluators write metrics through."""
 
