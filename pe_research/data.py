@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 from jax.sharding import Mesh
 
+from pe_research.atomic_files import atomic_write_text
 from pe_research.errors import ConfigError, check_choice, check_divisible
 from pe_research.mesh import batch_sharded, check_batch_fits
 from pe_research.special_tokens import BOS_ID, EOS_ID
@@ -159,7 +160,7 @@ def eval_dataset(task: Task, lengths: Sequence[int] | None, samples_per_length: 
         partial.replace(path)
         info = {"task": task.fingerprint(), "lengths": lengths,
                 "samples_per_length": samples_per_length, "seed": seed}
-        path.with_suffix(".json").write_text(json.dumps(info, indent=1, default=str))
+        atomic_write_text(path.with_suffix(".json"), json.dumps(info, indent=1, default=str))
     with quiet_datasets():
         return datasets.Dataset.from_parquet(str(path), cache_dir=str(path.parent / ".datasets"))
 

@@ -1,11 +1,18 @@
-"""The one exception type for bad user input, and the checks every layer shares."""
+"""The exception types for bad input a user can fix, and the checks every layer shares.
+
+The CLI prints a ``UsageError`` as one line and exits 2; ``--debug`` shows the traceback.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 
-class ConfigError(ValueError):
+class UsageError(Exception):
+    """Bad input or a busy resource the user can fix; its message names the problem and the fix."""
+
+
+class ConfigError(UsageError, ValueError):
     """Raised before anything is compiled when a config value cannot work."""
 
     def __init__(self, key: str, value: object, valid: str):

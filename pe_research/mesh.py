@@ -23,12 +23,21 @@ def maybe_initialize_distributed(enabled: bool) -> None:
     ``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID``.
     """
     wanted = enabled or os.environ.get(DISTRIBUTED_ENV, "") not in ("", "0", "false")
-    if wanted and not jax.distributed.is_initialized():
+    if not wanted or jax.distributed.is_initialized():
+        return
+    try:
         jax.distributed.initialize(
             coordinator_address=os.environ.get("JAX_COORDINATOR_ADDRESS"),
             num_processes=_env_int("JAX_NUM_PROCESSES"),
             process_id=_env_int("JAX_PROCESS_ID"),
         )
+    except (ValueError, RuntimeError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(
+            "distributed", True,
+            f"jax.distributed could not start ({reason}); launch under SLURM, Open MPI or on a "
+            "TPU pod, or set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID; on "
+            "one host use --config.distributed=false") from None
 
 
 def sync_processes(name: str) -> None:
@@ -40,8 +49,10 @@ def sync_processes(name: str) -> None:
 
 
 def _env_int(name: str) -> int | None:
-    value = os.environ.get(name)
-    return None if value in (None, "") else int(value)
+    value = os.environ.get(name, "").strip()
+    if value and not value.isdigit():
+        raise ConfigError(name, value, "a non-negative integer (an environment variable)")
+    return int(value) if value else None
 
 
 def data_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:

@@ -8,6 +8,7 @@ import numpy as np
 import optax
 import pytest
 
+from pe_research.errors import ConfigError
 from pe_research.runs.checkpoint import CORRUPT_DIR, Checkpointer, abstract_like
 
 
@@ -108,3 +109,17 @@ def test_restore_onto_an_explicit_device_target(tmp_path):
     items = Checkpointer(tmp_path / "ckpt", read_only=True).restore(3, params=target)
     assert items["params"]["bias"].devices() == {device}
     np.testing.assert_array_equal(items["params"]["bias"], np.full((3,), 3.0))
+
+
+def test_a_readable_step_of_another_structure_is_refused_not_quarantined(tmp_path):
+    """A checkpoint of a different optimizer chain is not corrupt: it must never be moved."""
+    checkpointer = Checkpointer(tmp_path / "ckpt", async_save=False)
+    _save(checkpointer, 5)
+    params, opt_state = _state(1.0)
+    chained = optax.chain(optax.identity(), optax.adam(1e-3)).init(params)
+    with pytest.raises(ConfigError, match="step 5 .* different parameter or optimizer-state"):
+        checkpointer.restore_latest_good(params=abstract_like(params),
+                                         opt_state=abstract_like(chained), quarantine=True)
+    assert checkpointer.steps() == [5]
+    assert not (tmp_path / CORRUPT_DIR).exists()
+    checkpointer.close()

@@ -140,3 +140,15 @@ def test_positions_beyond_a_learned_table_fail_before_compiling(tmp_path):
     assert error.value.key == "model.pe.max_len" and "8 rows" in message
     assert "positions up to 15" in message and "task length 12" in message
     assert evaluator.compilations == 0
+
+
+def test_eval_shows_a_progress_bar_over_lengths_once_it_takes_a_while(run_copy, monkeypatch,
+                                                                       capsys):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.setattr("pe_research.evaluation.range_eval.PROGRESS_DELAY_S", 0.0)
+    assert cli.main(["eval", str(run_copy), "--lengths", "4,8", "--name", "bar"]) == 0
+    err = capsys.readouterr().err
+    assert "eval: 100%" in err and "2/2 [" in err
+    monkeypatch.setattr("pe_research.evaluation.range_eval.PROGRESS_DELAY_S", 60.0)
+    assert cli.main(["eval", str(run_copy), "--lengths", "4,8", "--name", "bar"]) == 0
+    assert "eval:" not in capsys.readouterr().err  # quick evaluations stay quiet

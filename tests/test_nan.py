@@ -9,6 +9,7 @@ from conftest import run_train, tiny_overrides
 from flax import nnx
 
 from pe_research.runs.restore import load_run
+from pe_research.runs.run_dir import RunDir
 from pe_research.runs.tracking import read_metrics
 
 
@@ -40,6 +41,37 @@ def test_huge_learning_rate_stops_before_checkpointing_nan(tmp_path):
     last = read_metrics(run_dir)[-1]
     assert last["step"] == diverged_at and last["diverged"] == 1
 
+    assert "--config.train.learning_rate" in message and "goes on from it" in message
+
+
+@pytest.mark.slow
+def test_a_diverged_run_goes_on_from_its_last_good_step_with_a_smaller_learning_rate(tmp_path):
+    """Train 10 good steps, diverge on resume (lr = inf), then go on with the advice given."""
+    run_dir = tmp_path / "run"
+    good = tiny_overrides(**{"train.steps": 10, "train.checkpoint_every": 5,
+                             "train.eval_every": 0, "wandb.mode": "disabled"})
+    run_train(run_dir, good)
+    longer = [*good, "--config.train.steps=20"]
+    result = run_train(run_dir, [*longer, "--config.train.learning_rate=1e39"], check=False)
+    assert result.returncode == 1
+    assert "the last good checkpoint is step 10" in result.stderr
+    assert "goes on from it" in result.stderr
+
+    output = run_train(run_dir, [*longer, "--config.train.learning_rate=1e-3"]).stdout
+    lines = output.splitlines()
+    assert f"resuming {run_dir} from step 10 (of 20)" in lines
+    assert "train.learning_rate changed from 1e+39 to 0.001 at step 10 (recorded in " \
+        "config.json)" in lines
+    history = RunDir(run_dir).config_history()
+    assert [(h["step"], h["changed"]) for h in history] == [
+        (10, {"train.learning_rate": [3e-3, 1e39], "train.steps": [10, 20]}),
+        (10, {"train.learning_rate": [1e39, 1e-3]})]
+    assert RunDir(run_dir).read_config()["train"]["learning_rate"] == 1e-3
+    restored = load_run(run_dir, "latest")
+    assert restored.step == 20
+    leaves = jax.tree.leaves(nnx.state(restored.model, nnx.Param))
+    assert all(np.isfinite(np.asarray(leaf)).all() for leaf in leaves)
+
 
 @pytest.mark.slow
 def test_infinite_learning_rate_never_saves_non_finite_state(tmp_path):
@@ -57,3 +89,6 @@ def test_infinite_learning_rate_never_saves_non_finite_state(tmp_path):
     assert "no checkpoint was written" in message
     assert not [p for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit()]
     assert read_metrics(run_dir)[-1] == {**read_metrics(run_dir)[-1], "step": 1, "diverged": 1}
+    assert "starts again" in message
+    run_train(run_dir, [*overrides, "--config.train.learning_rate=1e-3"])
+    assert load_run(run_dir, "latest").step == 4

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -13,7 +14,7 @@ from pe_research.runs.restore import load_run
 from pe_research.runs.run_dir import RunDir
 
 
-@pytest.fixture(params=["truncate", "delete"])
+@pytest.fixture(params=["truncate", "delete", "garble"])
 def corrupt_run(request, trained_run_dir, tmp_path):
     """A copy of the trained run (steps 20 and 40) whose step 40 has damaged parameter data."""
     run_dir = tmp_path / "run"
@@ -23,6 +24,8 @@ def corrupt_run(request, trained_run_dir, tmp_path):
     for victim in victims:
         if request.param == "truncate":
             victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+        elif request.param == "garble":
+            victim.write_bytes(os.urandom(victim.stat().st_size))
         else:
             victim.unlink()
     return run_dir

@@ -18,9 +18,11 @@ from pe_research.runs.tracking import read_metrics
 
 TOTAL = 200
 EVERY = 20
-# Dropout on, so the explicit per-step dropout keys are part of what must line up.
+# Dropout on, so the explicit per-step dropout keys are part of what must line up. Logging every
+# 30 steps and saving every 20 puts a resume in the middle of a metric window, so the first
+# average logged after it needs the window saved in the checkpoint.
 OVERRIDES = tiny_overrides(**{
-    "train.steps": TOTAL, "train.checkpoint_every": EVERY, "train.log_every": EVERY,
+    "train.steps": TOTAL, "train.checkpoint_every": EVERY, "train.log_every": 30,
     "train.eval_every": 0, "model.dropout_rate": 0.1,
     "data.length_sampling": "mixed", "wandb.mode": "disabled"})
 
@@ -57,13 +59,17 @@ def test_killed_and_resumed_run_is_bit_identical(tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     run_train(straight, OVERRIDES)
     killed_at = _kill_after_first_checkpoint(resumed)
-    run_train(resumed, OVERRIDES)  # the same command again: resumes from the latest checkpoint
+    # The same command again: resumes from the latest checkpoint.
+    output = run_train(resumed, OVERRIDES).stdout
+    assert f"resuming {resumed} from step {killed_at} (of {TOTAL})" in output.splitlines()
 
     assert killed_at < TOTAL
     for a, b in zip(_params(straight), _params(resumed), strict=True):
         np.testing.assert_array_equal(a, b)
-    straight_losses = {r["step"]: r["train/loss"] for r in read_metrics(straight)}
+    straight_losses = {r["step"]: r["train/loss"] for r in read_metrics(straight)
+                       if "train/loss" in r}
     resumed_records = read_metrics(resumed)
-    resumed_losses = {r["step"]: r["train/loss"] for r in resumed_records}
+    resumed_losses = {r["step"]: r["train/loss"] for r in resumed_records if "train/loss" in r}
     assert resumed_losses == straight_losses  # every logged window, including after the resume
     assert [r["step"] for r in resumed_records] == sorted({r["step"] for r in resumed_records})
+    assert killed_at % 30, "killed on a log step: the test would not cover a half-full window"

@@ -117,16 +117,36 @@ def test_wandb_not_installed_warns_once_and_jsonl_continues(tmp_path, monkeypatc
 
 
 @pytest.mark.slow
-def test_wandb_online_without_credentials_warns_and_continues(tmp_path, monkeypatch):
-    for name in ("WANDB_MODE", "WANDB_API_KEY"):
+def test_wandb_online_without_credentials_falls_back_to_an_offline_run(tmp_path, monkeypatch,
+                                                                        capsys):
+    """One warning, then a real offline run under the same id that `wandb sync` can upload."""
+    for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_SILENT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc with a key
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "home"))
-    with pytest.warns(UserWarning, match="W&B disabled"):
+    with pytest.warns(UserWarning, match="could not start online") as caught:
         writer = WandbWriter(tmp_path / "run", "online", project="p", entity="no-such-entity")
+    assert len(caught) == 1
     writer.log(1, {"x": 1.0})
     writer.finish()
-    assert writer.run is None
+    assert writer.run is not None and writer.run.offline
+    run_id = (tmp_path / "run" / "wandb_run_id").read_text()
+    sessions = list((tmp_path / "run" / "wandb").glob(f"offline-run-*-{run_id}*"))
+    assert len(sessions) == 1 and list(sessions[0].glob("*.wandb"))
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out == [f"W&B: offline run in {sessions[0]}; upload with: wandb sync {sessions[0]}"]
+
+
+def test_wandb_prints_one_line_per_run(tmp_path, monkeypatch, capfd):
+    """No W&B chatter on the console: one line when the run starts, nothing when it ends."""
+    for name in ("WANDB_MODE", "WANDB_SILENT"):
+        monkeypatch.delenv(name, raising=False)
+    writer = wandb_writer(WANDB_OFFLINE, tmp_path)
+    writer.log(1, {"x": 1.0})
+    writer.finish()
+    captured = capfd.readouterr()
+    assert captured.out.strip().splitlines() == [writer.describe()]
+    assert "wandb sync" in writer.describe() and captured.err.strip() == ""
 
 
 def test_wandb_writer_resumes_the_runs_id_only_on_process_zero(tmp_path, monkeypatch):

@@ -118,6 +118,16 @@ def test_existing_run_refuses_a_different_model(trained_run_dir):
     assert (trained_run_dir / "config.json").read_text() == before
 
 
+def test_a_changed_scheme_is_named_not_the_defaults_it_brings(trained_run_dir):
+    config = load_config(DEFAULT_CONFIG, tiny_overrides(**{"model.pe.type": "alibi",
+                                                           "wandb.mode": "disabled"}))
+    before = {p: p.stat().st_mtime_ns for p in trained_run_dir.rglob("*")}
+    with pytest.raises(ConfigError, match="model.pe.type='alibi' is invalid: .* trained with "
+                                          "model.pe.type='rope'"):
+        train(config, trained_run_dir)
+    assert {p: p.stat().st_mtime_ns for p in trained_run_dir.rglob("*")} == before
+
+
 def test_trained_run_fixture_has_checkpoints_and_metrics(trained_run_dir):
     records = read_metrics(trained_run_dir)
     assert records[-1]["step"] == 40

@@ -29,6 +29,7 @@ from pe_research.analysis.vectors import (
     position_table,
     token_table,
 )
+from pe_research.atomic_files import atomic_open, atomic_savefig, atomic_write_text
 from pe_research.errors import ConfigError
 from pe_research.model import Seq2SeqTransformer
 from pe_research.positional.registry import (
@@ -213,12 +214,13 @@ def write_report(report: Report, out_dir: str | Path, dpi: int = 110) -> dict[st
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / REPORT_FILE, "arrays": out / ARRAYS_FILE}
-    paths["json"].write_text(json.dumps(report.results, indent=1))
-    np.savez_compressed(paths["arrays"], **report.arrays)
+    atomic_write_text(paths["json"], json.dumps(report.results, indent=1))
+    with atomic_open(paths["arrays"], "wb") as handle:
+        np.savez_compressed(handle, **report.arrays)
     if "decomposition" in report.results:
         paths["table"] = out / TABLE_FILE
-        paths["table"].write_text(decomposition_table(report.results))
+        atomic_write_text(paths["table"], decomposition_table(report.results))
     for stem, figure in report.figures.items():
         paths[stem] = out / f"{stem}.png"
-        figure.savefig(paths[stem], dpi=dpi)
+        atomic_savefig(figure, paths[stem], dpi=dpi)
     return paths

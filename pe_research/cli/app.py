@@ -4,17 +4,25 @@ A subcommand is one module here plus one line in ``COMMANDS``. Each module provi
 ``add_arguments(parser)`` and ``run(args) -> int``; it is imported only when its subcommand is
 used, so ``pe-research --help`` stays fast. Arguments of the form
 ``--config.a.b=v`` are collected into ``args.config_overrides`` for every subcommand.
+
+Errors a user can cause (a bad config, a busy run directory, a path that cannot be written) are
+printed as one line naming the problem and the fix, with exit code 2; ``--debug`` (or
+``PE_RESEARCH_DEBUG=1``) shows the full traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from pe_research.config.overrides import collect_overrides
-from pe_research.errors import ConfigError
+from pe_research.errors import ConfigError, UsageError
+
+DEBUG_ENV = "PE_RESEARCH_DEBUG"
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("pe_research.cli.train", "train (or resume) a model from a config file"),
@@ -42,6 +50,8 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
         prog="pe-research", allow_abbrev=False,
         description="Positional encodings and length extrapolation. Config values can be "
                     "overridden with --config.KEY=VALUE, e.g. --config.model.pe.type=alibi.")
+    parser.add_argument("--debug", action="store_true",
+                        help=f"show full tracebacks, anywhere on the line (or {DEBUG_ENV}=1)")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (_, help_text) in COMMANDS.items():
         sub = subparsers.add_parser(name, help=help_text, description=help_text,
@@ -53,6 +63,25 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
     return parser
 
 
+def describe_os_error(error: OSError) -> str:
+    """One line for a file-system error: what failed, on which path, and what to do."""
+    path = error.filename or "a file"
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"cannot write {path}: {error.strerror}; choose a directory you can write to"
+    if error.errno in (errno.EEXIST, errno.ENOTDIR):
+        return (f"{path}: a file is in the way ({error.strerror}); choose another directory "
+                "or move the file")
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"no space left for {path} ({error.strerror}); free disk space and rerun"
+    if error.errno == errno.ENOENT:
+        return f"{path} does not exist; check the path"
+    return f"{path}: {error.strerror or error}; check the path and rerun"
+
+
+def debug_wanted(argv: Sequence[str]) -> bool:
+    return "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0", "false")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``pe-research`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -62,11 +91,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides, rest = collect_overrides(argv)
     except ConfigError as error:
         parser.error(str(error))
-    args = parser.parse_args(rest)
+    args = parser.parse_args([arg for arg in rest if arg != "--debug"])
     args.config_overrides = overrides
+    if debug_wanted(argv):
+        return int(args.run(args) or 0)
+    prefix = f"pe-research {args.command}"
     try:
         return int(args.run(args) or 0)
     except ConfigError as error:
-        print(f"pe-research {args.command}: config error: {error}", file=sys.stderr)
-        return 2
-
+        print(f"{prefix}: config error: {error}", file=sys.stderr)
+    except UsageError as error:
+        print(f"{prefix}: {error}", file=sys.stderr)
+    except OSError as error:
+        print(f"{prefix}: {describe_os_error(error)} (--debug for the traceback)",
+              file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"{prefix}: interrupted; rerun the same command to go on", file=sys.stderr)
+        return 130
+    return 2

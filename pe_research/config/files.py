@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import ml_collections
 
+from pe_research.atomic_files import atomic_write_text
 from pe_research.config.overrides import apply_overrides
 from pe_research.config.schema import complete
 from pe_research.config.validate import validate_config
 from pe_research.errors import ConfigError
-from pe_research.runs.run_dir import RunDir
+from pe_research.runs.run_dir import HISTORY_KEY, RunDir
 
 
 def _tuples(value: Any) -> Any:
@@ -42,15 +44,36 @@ def load_config(path: str | Path, overrides: Sequence[str] = (), *,
     path = Path(path)
     if not path.is_file():
         raise ConfigError("--config", str(path), "no such config file (see configs/*.py)")
-    spec = importlib.util.spec_from_file_location(f"pe_research_config_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    if not hasattr(module, "get_config"):
-        raise ConfigError("--config", str(path), "the file must define get_config()")
-    config = apply_overrides(from_mapping(module.get_config().to_dict()), overrides)
+    config = apply_overrides(from_mapping(_run_config_file(path)), overrides)
     if validate:
         validate_config(config)
     return config
+
+
+def _run_config_file(path: Path) -> dict[str, Any]:
+    """``get_config().to_dict()`` of the file; any failure in it is one ConfigError."""
+    try:
+        spec = importlib.util.spec_from_file_location(f"pe_research_config_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        if not hasattr(module, "get_config"):
+            raise ConfigError("--config", str(path), "the file must define get_config()")
+        config = module.get_config()
+        if not isinstance(config, ml_collections.ConfigDict):
+            raise ConfigError("--config", str(path), "get_config() must return an "
+                              f"ml_collections.ConfigDict, not {type(config).__name__}")
+        return config.to_dict()
+    except ConfigError:
+        raise
+    except SyntaxError as error:
+        raise ConfigError("--config", str(path), f"syntax error at line {error.lineno}: "
+                          f"{error.msg}; fix the file") from None
+    except Exception as error:  # noqa: BLE001 - the user's code may raise anything
+        lines = [f.lineno for f in traceback.extract_tb(error.__traceback__)
+                 if Path(f.filename).resolve() == path.resolve()]
+        where = f" at line {lines[-1]}" if lines else ""
+        raise ConfigError("--config", str(path), f"running it raised {type(error).__name__}"
+                          f"{where}: {error}; fix the file") from None
 
 
 def to_dict(config: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -58,14 +81,15 @@ def to_dict(config: ml_collections.ConfigDict) -> dict[str, Any]:
     return json.loads(config.to_json())
 
 
-def save_config(config: ml_collections.ConfigDict, run_dir: str | Path) -> Path:
-    """Write the run directory's ``config.json`` (atomically: readers never see half a file)."""
+def save_config(config: ml_collections.ConfigDict, run_dir: str | Path,
+                history: Sequence[Mapping[str, Any]] = ()) -> Path:
+    """Write the run directory's ``config.json`` atomically, with its resume ``history``."""
     path = RunDir(run_dir).config
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".json.partial")
-    partial.write_text(json.dumps(to_dict(config), indent=2, sort_keys=True) + "\n")
-    partial.replace(path)
-    return path
+    values = to_dict(config)
+    if history:
+        values[HISTORY_KEY] = list(history)
+    return atomic_write_text(path, json.dumps(values, indent=2, sort_keys=True) + "\n")
 
 
 def load_run_config(run_dir: str | Path, overrides: Sequence[str] = (), *,

@@ -50,6 +50,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         _check_keys(name, config[name], defaults)
         for key, default in defaults.items():
             _check_type(f"{name}.{key}", config[name][key], default)
+    if not 0 <= config.seed < 2**32:
+        raise ConfigError("seed", config.seed, "a non-negative 32-bit integer (0 to 2**32 - 1)")
     check_data_block(config.data)
     _check_train(config.train)
     _check_eval(config.eval)

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from pe_research.atomic_files import atomic_open, atomic_write_text
 from pe_research.errors import ConfigError
 from pe_research.evaluation.metrics import HEADLINE, METRICS, Metric, get_metric
 from pe_research.evaluation.plots import plot_comparison
@@ -237,8 +238,8 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
              f"Figure: {paths['png'].name}", "", "Runs:"]
     notes += [f"- {name}: " + ", ".join(str(m.run_dir) for m in group["members"])
               for name, group in groups.items()]
-    paths["markdown"].write_text("\n".join(notes) + "\n")
-    with paths["csv"].open("w", newline="") as handle:
+    atomic_write_text(paths["markdown"], "\n".join(notes) + "\n")
+    with atomic_open(paths["csv"], newline="") as handle:
         writer = csv.writer(handle)
         columns = summary_columns(definition)
         writer.writerow(columns)

@@ -11,6 +11,7 @@ matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from pe_research.atomic_files import atomic_savefig  # noqa: E402
 from pe_research.evaluation.metrics import METRICS  # noqa: E402
 
 
@@ -47,7 +48,7 @@ def _finish(figure: plt.Figure, axes: plt.Axes, title: str, ylabel: str, path: P
     axes.legend(fontsize=8, loc="best")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
+    atomic_savefig(figure, path, dpi=120)
     plt.close(figure)
     return path
 

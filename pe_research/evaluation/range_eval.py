@@ -19,6 +19,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
+from tqdm import tqdm
 
 from pe_research import data
 from pe_research.errors import ConfigError
@@ -98,6 +99,8 @@ def eval_position_key(seed: int) -> jax.Array:
     """The key the training-time evaluation draws positions from (matters only if randomized)."""
     return jax.random.split(jax.random.fold_in(jax.random.key(seed), EVAL_KEY_TAG))[0]
 
+PROGRESS_DELAY_S = 3.0  # a bar only for evaluations a person waits for
+
 
 def check_positions_fit(pe: Mapping[str, Any], widths: Mapping[int, tuple[int, int]]) -> None:
     """ConfigError before compiling if the scheme cannot represent the positions needed."""
@@ -145,12 +148,17 @@ class RangeEvaluator:
         return widths
 
     def __call__(self, params: Any, dataset: Any, lengths: Sequence[int], batch_size: int,
-                 buckets: Sequence[int]) -> EvalResult:
-        """Evaluate ``params`` at every length; rows in the order of ``lengths``."""
+                 buckets: Sequence[int], *, progress: bool = False) -> EvalResult:
+        """Evaluate ``params`` at every length; rows in the order of ``lengths``.
+
+        With ``progress``, a bar over lengths appears once evaluation has taken a few seconds.
+        """
         self.plan(dataset, lengths, batch_size, buckets)
         start, compiled_before = time.perf_counter(), self.compilations
         rows = []
-        for length in lengths:
+        bar = tqdm(lengths, desc="eval", unit="length", delay=PROGRESS_DELAY_S, leave=False,
+                   disable=not progress or jax.process_index() != 0, dynamic_ncols=True)
+        for length in bar:
             pending = [self.statistics(params, data.global_batch(batch, self.mesh))
                        for batch in data.eval_batches(dataset, length, batch_size, buckets,
                                                       jax.process_index(), jax.process_count())]
@@ -184,4 +192,4 @@ def evaluate_run(run: LoadedRun, lengths: Sequence[int] | None = None,
                                 str(RunDir(run.run_dir).eval_data(config.data)))
     evaluator = RangeEvaluator(config, run.graphdef, run.rest, run.mesh)
     return evaluator(run.params, dataset, lengths, config.eval.batch_size,
-                     tuple(buckets or config.data.buckets))
+                     tuple(buckets or config.data.buckets), progress=True)

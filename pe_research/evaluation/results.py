@@ -15,6 +15,7 @@ from typing import Any
 
 import jax
 
+from pe_research.atomic_files import atomic_open, atomic_write_text
 from pe_research.config import to_dict
 from pe_research.evaluation.metrics import HEADLINE, METRICS
 from pe_research.evaluation.plots import plot_eval_curve
@@ -62,8 +63,8 @@ def write_results(run: LoadedRun, result: EvalResult, name: str = DEFAULT_EVAL_N
         return paths
     record = results_record(run, result, name, overrides)
     json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(record, indent=1) + "\n")
-    with paths["csv"].open("w", newline="") as handle:
+    atomic_write_text(json_path, json.dumps(record, indent=1) + "\n")
+    with atomic_open(paths["csv"], newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=row_fields(result.rows))
         writer.writeheader()
         writer.writerows(record["rows"])

@@ -21,7 +21,11 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as policies
 
 from pe_research.config import best_mode
+from pe_research.errors import ConfigError
 from pe_research.runs.run_dir import CORRUPT_DIR, RunDir
+
+# Orbax's message when a checkpoint is readable but its tree differs from the restore target.
+STRUCTURE_MISMATCH = "tree structures do not match"
 
 __all__ = ["CORRUPT_DIR", "Checkpointer", "abstract_like", "run_checkpointer"]
 
@@ -105,13 +109,26 @@ class Checkpointer:
         for step in reversed(self.steps()):
             try:
                 return step, self.restore(step, params=params, opt_state=opt_state)
+            except ValueError as error:
+                if STRUCTURE_MISMATCH not in str(error):
+                    self._skip(step, error, quarantine)
+                    continue
+                # Readable, but not what this code builds: never move such a step aside.
+                raise ConfigError(
+                    "checkpoint", step, f"step {step} in {self.directory} holds a different "
+                    "parameter or optimizer-state structure than this version builds for this "
+                    "config; evaluate it with the version that wrote it, or train in another "
+                    "--workdir") from None
             except Exception as error:  # noqa: BLE001 - any unreadable step is skipped
-                warnings.warn(f"checkpoint step {step} in {self.directory} is unreadable "
-                              f"({type(error).__name__}: {str(error)[:200]}); "
-                              "falling back to the previous checkpoint", stacklevel=2)
-                if quarantine:
-                    self._quarantine(step)
+                self._skip(step, error, quarantine)
         return None
+
+    def _skip(self, step: int, error: Exception, quarantine: bool) -> None:
+        warnings.warn(f"checkpoint step {step} in {self.directory} is unreadable "
+                      f"({type(error).__name__}: {str(error)[:200]}); "
+                      "falling back to the previous checkpoint", stacklevel=3)
+        if quarantine:
+            self._quarantine(step)
 
     def _quarantine(self, step: int) -> None:
         if jax.process_index() == 0:

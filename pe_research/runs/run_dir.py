@@ -1,7 +1,8 @@
 """A run directory and every path in it, named in this one place.
 
     RUN_DIR/
-      config.json            the full, validated config
+      config.json            the full, validated config (+ "history": changes made on resume)
+      .lock                  held by the process training here (see runs/lock.py)
       vocabulary.json        the task's vocabulary
       metrics.jsonl          every logged metric (the source of truth for `compare`)
       checkpoints/<step>/    Orbax: params, opt_state, meta, config
@@ -24,6 +25,7 @@ from typing import Any
 from pe_research.errors import ConfigError
 from pe_research.tasks.vocabulary import VOCABULARY_FILE
 
+HISTORY_KEY = "history"  # in config.json, beside the config: what changed on each resume
 EVAL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 DEFAULT_EVAL_NAME = "eval"
 CORRUPT_DIR = "corrupt_checkpoints"  # beside the checkpoints folder
@@ -84,6 +86,10 @@ class RunDir:
     def wandb_id(self) -> Path:
         return self.root / "wandb_run_id"
 
+    @property
+    def lock(self) -> Path:
+        return self.root / ".lock"
+
     def is_run(self) -> bool:
         """True when the directory holds a ``config.json`` (training has started here)."""
         return self.config.is_file()
@@ -93,4 +99,12 @@ class RunDir:
         if not self.is_run():
             raise ConfigError("run_dir", str(self.root),
                               f"no {self.config.name} here; is it a run directory?")
-        return json.loads(self.config.read_text())
+        values = json.loads(self.config.read_text())
+        values.pop(HISTORY_KEY, None)
+        return values
+
+    def config_history(self) -> list[dict[str, Any]]:
+        """What changed on each resume: ``[{"step", "time", "changed": {key: [old, new]}}]``."""
+        if not self.is_run():
+            return []
+        return list(json.loads(self.config.read_text()).get(HISTORY_KEY, []))

@@ -1,7 +1,9 @@
 """Metric writers behind one interface: JSONL (always, the source of truth), W&B, null.
 
-Only process 0 writes. W&B is optional at run time: if it cannot start or log (not installed, no
-network, bad entity), one warning is printed and the run goes on with the JSONL writer alone.
+Only process 0 writes. W&B is optional at run time and quiet: one line says where its run is.
+If an online run cannot start within 30 s (no network, no key, bad entity), one warning is
+printed and the run is logged offline to disk, so ``wandb sync`` can upload it later. If W&B
+cannot run at all, one warning is printed and the run goes on with the JSONL writer alone.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from pe_research.atomic_files import atomic_write_text
 from pe_research.runs.run_dir import RunDir
+
+WANDB_INIT_TIMEOUT_S = 30.0
 
 
 class Writer(Protocol):
@@ -64,7 +69,7 @@ class JsonlWriter:
         if resume_step is not None and self.path.exists():
             kept = [line for line in self.path.read_text().splitlines()
                     if line.strip() and json.loads(line).get("step", 0) <= resume_step]
-            self.path.write_text("".join(line + "\n" for line in kept))
+            atomic_write_text(self.path, "".join(line + "\n" for line in kept))
         elif resume_step is None and self.path.exists():
             self.path.unlink()
         self.file = self.path.open("a")
@@ -96,14 +101,38 @@ class WandbWriter:
             run_dir.mkdir(parents=True, exist_ok=True)
             id_file = RunDir(run_dir).wandb_id
             run_id = id_file.read_text().strip() if id_file.exists() else secrets.token_hex(4)
-            self.run = wandb.init(
-                mode=mode, project=project, entity=entity or None, group=group or None,
+            settings = wandb.Settings(silent=True, quiet=True, show_info=False,
+                                      console="off", init_timeout=WANDB_INIT_TIMEOUT_S)
+            options = dict(
+                project=project, entity=entity or None, group=group or None,
                 tags=list(tags) or None, name=name or run_dir.name, config=dict(config or {}),
                 dir=str(run_dir), id=run_id, resume="allow", reinit="create_new",
-            )
-            id_file.write_text(run_id)
+                settings=settings)
+            try:
+                self.run = wandb.init(mode=mode, **options)
+            except Exception as error:  # noqa: BLE001 - fall back to a run on disk
+                if mode != "online":
+                    raise
+                warnings.warn(f"W&B could not start online ({type(error).__name__}: "
+                              f"{_first_line(error)}); logging offline to {run_dir / 'wandb'} "
+                              "instead", stacklevel=2)
+                try:
+                    self.run = wandb.init(mode="offline", **options)
+                except Exception:  # noqa: BLE001 - the failed online run still holds the id
+                    wandb.teardown()
+                    self.run = wandb.init(mode="offline", **options)
+            atomic_write_text(id_file, run_id)
+            print(self.describe(), flush=True)
         except Exception as error:  # noqa: BLE001 - W&B must never stop training
             self._fail(error)
+
+    def describe(self) -> str:
+        """One line: where the W&B run is, and how to upload it if it is offline."""
+        if self.run is None:
+            return "W&B: off"
+        if self.run.settings.mode == "online" and not self.run.offline:
+            return f"W&B: {self.run.url}"
+        return f"W&B: offline run in {self.run_path}; upload with: wandb sync {self.run_path}"
 
     @property
     def run_path(self) -> str | None:
@@ -111,7 +140,8 @@ class WandbWriter:
         return None if self.run is None else str(Path(self.run.dir).parent)
 
     def _fail(self, error: Exception) -> None:
-        warnings.warn(f"W&B disabled for this run ({type(error).__name__}: {error}); "
+        warnings.warn(f"W&B disabled for this run ({type(error).__name__}: "
+                      f"{_first_line(error)}); "
                       "metrics are still written to metrics.jsonl", stacklevel=3)
         self.run = None
 
@@ -139,6 +169,11 @@ class WandbWriter:
             self.run.finish()
         except Exception as error:  # noqa: BLE001
             self._fail(error)
+
+
+def _first_line(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0][:300] if lines else ""
 
 
 class MultiWriter:

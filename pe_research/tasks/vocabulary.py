@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pe_research.atomic_files import atomic_write_text
 from pe_research.errors import ConfigError
 from pe_research.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS
 
@@ -99,7 +100,7 @@ class Vocabulary:
         path = Path(path)
         if path.is_dir():
             path = path / VOCABULARY_FILE
-        path.write_text(json.dumps(self.to_json(), indent=1))
+        atomic_write_text(path, json.dumps(self.to_json(), indent=1))
         return path
 
     @classmethod

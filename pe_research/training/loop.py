@@ -2,17 +2,18 @@
 
 One jitted step over a ``data`` mesh (batch sharded, parameters replicated). Step N is dispatched
 before step N-1's metrics are read, so the host prepares the next batch while the device works.
-Every step's loss and gradient norm are checked: NaN/Inf stops the run before any checkpoint of
-that step is written. Running again on the same ``workdir`` resumes from the newest good
-checkpoint and reproduces an uninterrupted run bit for bit.
+Every step's loss and gradient norm are checked, and the state about to be saved is checked
+finite: NaN/Inf stops the run before any checkpoint of that step is written. Running again on the
+same ``workdir`` resumes from the newest good checkpoint and reproduces an uninterrupted run bit
+for bit. Process 0 holds the run directory's lock (``runs/lock.py``) while it trains.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from pe_research.mesh import (
     to_host,
 )
 from pe_research.runs.checkpoint import abstract_like, run_checkpointer
+from pe_research.runs.lock import RunDirLock
 from pe_research.runs.restore import run_task
 from pe_research.runs.run_dir import RunDir
 from pe_research.runs.tracking import make_writer
@@ -41,9 +43,13 @@ from pe_research.training.optimizer import learning_rate_schedule
 from pe_research.training.periodic_eval import PeriodicEvaluator
 from pe_research.training.steps import initial_train_state
 
-# Keys that may change when an existing run directory is trained further.
+# Keys that may change when an existing run directory is trained further. The learning rate
+# and clipping may change so that a diverged run can go on from its last good checkpoint.
 RESUMABLE_CHANGES = ("train.steps", "train.log_every", "train.eval_every",
-                     "train.checkpoint_every", "wandb.")
+                     "train.checkpoint_every", "train.learning_rate", "train.clip_norm",
+                     "wandb.")
+# Resumable changes that alter the trained model and are recorded in config.json's history.
+RECORDED_CHANGES = ("train.steps", "train.learning_rate", "train.clip_norm")
 
 
 class DivergedError(RuntimeError):
@@ -81,49 +87,92 @@ def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def prepare_run_dir(config: ml_collections.ConfigDict, run_dir: Path, task: Any) -> None:
-    """Refuse a run directory trained with a different config; write config.json + vocabulary."""
+def config_changes(config: ml_collections.ConfigDict, run_dir: Path) -> dict[str, list[Any]]:
+    """``{key: [old, new]}`` of resumable keys changed since ``config.json``; ConfigError for any
+    other change, naming the key the user most likely changed."""
     path = RunDir(run_dir).config
-    if path.exists():
-        old, new = _flat(json.loads(path.read_text())), _flat(to_dict(config))
-        for key in sorted(set(old) | set(new)):
-            if old.get(key) != new.get(key) and not key.startswith(RESUMABLE_CHANGES):
-                raise ConfigError(key, new.get(key), f"{run_dir} was trained with {key}="
-                                  f"{old.get(key)!r}; use another --workdir to change it")
-    sync_processes("pe_research_run_dir_checked")  # every process has read before any writes
+    if not path.exists():
+        return {}
+    old, new = _flat(RunDir(run_dir).read_config()), _flat(to_dict(config))
+    differing = [key for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
+    refused = [key for key in differing if not key.startswith(RESUMABLE_CHANGES)]
+    if refused:
+        # A changed `.type`/`.name` brings other keys with it (their defaults); name the cause.
+        key = min(refused, key=lambda k: (not k.endswith((".type", ".name")),
+                                          old.get(k) is None or new.get(k) is None, k))
+        raise ConfigError(key, new.get(key), f"{run_dir} was trained with {key}="
+                          f"{old.get(key)!r}; use another --workdir to change it")
+    return {key: [old.get(key), new.get(key)] for key in differing}
+
+
+def prepare_run_dir(config: ml_collections.ConfigDict, run_dir: Path, task: Any,
+                    changes: Mapping[str, list[Any]], step: int) -> None:
+    """Write config.json (with the resume history) and vocabulary.json on process 0."""
+    recorded = {key: value for key, value in changes.items() if key.startswith(RECORDED_CHANGES)}
     if jax.process_index() == 0:
-        save_config(config, run_dir)
+        history = RunDir(run_dir).config_history()
+        if recorded:
+            history.append({"step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                            "changed": recorded})
+            for key, (before, after) in recorded.items():
+                print(f"{key} changed from {before} to {after} at step {step} "
+                      "(recorded in config.json)")
+        save_config(config, run_dir, history)
         task.vocabulary.save(RunDir(run_dir).vocabulary)
     sync_processes("pe_research_run_dir_written")
 
 
 def train(config: ml_collections.ConfigDict, workdir: str | Path, *,
           mesh: Mesh | None = None) -> TrainResult:
-    """Train (or resume) the run in ``workdir``; returns when ``train.steps`` are done."""
-    maybe_initialize_distributed(config.distributed)
+    """Train (or resume) the run in ``workdir``; returns when ``train.steps`` are done.
+
+    Nothing is written to ``workdir`` before the config has been validated and checked against
+    the one already there.
+    """
     validate_config(config)
+    maybe_initialize_distributed(config.distributed)
     run_dir = Path(workdir).absolute()
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError("--workdir", str(workdir), "is a file, not a directory; choose a "
+                          "directory (it is created if missing)")
     task = run_task(config, run_dir)
     mesh = mesh or data_mesh()
     check_batch_fits("data.batch_size", config.data.batch_size, mesh)
     check_batch_fits("eval.batch_size", config.eval.batch_size, mesh)
-    prepare_run_dir(config, run_dir, task)
+    changes = config_changes(config, run_dir)
+    sync_processes("pe_research_run_dir_checked")  # every process has read before any writes
+    lock = RunDirLock(run_dir).acquire() if jax.process_index() == 0 else None
+    try:
+        return _train_locked(config, run_dir, task, mesh, changes)
+    finally:
+        if lock is not None:
+            lock.release()
 
+
+def _train_locked(config: ml_collections.ConfigDict, run_dir: Path, task: Any, mesh: Mesh,
+                  changes: Mapping[str, list[Any]]) -> TrainResult:
     steps, params, opt_state = initial_train_state(config, task.vocabulary.size, mesh)
-
     checkpointer = run_checkpointer(config, run_dir)
-    restored = checkpointer.restore_latest_good(
-        params=abstract_like(params, replicated(mesh)),
-        opt_state=abstract_like(opt_state, replicated(mesh)), quarantine=True)
-    start = 0
+    try:
+        restored = checkpointer.restore_latest_good(
+            params=abstract_like(params, replicated(mesh)),
+            opt_state=abstract_like(opt_state, replicated(mesh)), quarantine=True)
+    except BaseException:
+        checkpointer.close()
+        raise
+    start, window = 0, None
     if restored is not None:
         start, items = restored
         params, opt_state = items["params"], items["opt_state"]
+        window = items["meta"].get("train_window")
+        if jax.process_index() == 0:
+            print(f"resuming {run_dir} from step {start} (of {config.train.steps})", flush=True)
+    prepare_run_dir(config, run_dir, task, changes, start)
 
     writer = make_writer(config.wandb, run_dir, process_index=jax.process_index(),
                          resume_step=start if restored else None, hparams=to_dict(config))
     evaluator = PeriodicEvaluator(config, task, mesh, steps, run_dir)
-    loop = _Loop(config, task, mesh, steps, checkpointer, writer, evaluator)
+    loop = _Loop(config, task, mesh, steps, checkpointer, writer, evaluator, window)
     try:
         params, opt_state, metrics = loop.run(params, opt_state, start)
     finally:
@@ -136,14 +185,21 @@ def train(config: ml_collections.ConfigDict, workdir: str | Path, *,
 
 
 class _Loop:
-    """The step loop's state: metric window, timing, progress bar."""
+    """The step loop's state: metric window, timing, progress bar.
 
-    def __init__(self, config, task, mesh, steps, checkpointer, writer, evaluator):
+    The metric window (sums since the last log) is saved in each checkpoint's meta, so the first
+    average logged after a resume covers the same steps as in an uninterrupted run.
+    """
+
+    def __init__(self, config, task, mesh, steps, checkpointer, writer, evaluator,
+                 window: Mapping[str, Any] | None = None):
         self.config, self.task, self.mesh, self.steps = config, task, mesh, steps
         self.checkpointer, self.writer, self.evaluator = checkpointer, writer, evaluator
         self.schedule = learning_rate_schedule(config.train)
-        self.window: dict[str, float] = {}
-        self.window_steps, self.steps_per_second = 0, 0.0
+        window = window or {}
+        self.window: dict[str, float] = {k: float(v) for k, v in window.get("sums", {}).items()}
+        self.window_steps, self.steps_per_second = int(window.get("steps", 0)), 0.0
+        self.timed_steps = 0  # steps since the clock was last restarted
         self.last_checkpoint: int | None = None
 
     def batch(self, data_step: int) -> dict[str, jax.Array]:
@@ -159,12 +215,12 @@ class _Loop:
                                    "train/grad_norm": values["grad_norm"], "diverged": 1})
             raise DivergedError(
                 f"training diverged at step {step}: loss={values['loss']}, gradient norm="
-                f"{values['grad_norm']}; stopped before checkpointing it ({self.kept()}). Try a "
-                f"smaller train.learning_rate (now {self.config.train.learning_rate}) or "
-                f"train.clip_norm > 0.")
+                f"{values['grad_norm']}; stopped before checkpointing it ({self.kept()}). "
+                + self.advice())
         for key, value in values.items():
             self.window[key] = self.window.get(key, 0.0) + value
         self.window_steps += 1
+        self.timed_steps += 1
 
     def kept(self) -> str:
         """Where the last checkpoint that passed the finiteness check is."""
@@ -172,6 +228,14 @@ class _Loop:
             return "no checkpoint was written"
         return (f"the last good checkpoint is step {self.last_checkpoint} in "
                 f"{self.checkpointer.directory}")
+
+    def advice(self) -> str:
+        """How to go on: a smaller learning rate or clipping, on the same run directory."""
+        train_cfg = self.config.train
+        where = "goes on from it" if self.last_checkpoint is not None else "starts again"
+        return (f"Rerun with a smaller --config.train.learning_rate (now "
+                f"{train_cfg.learning_rate}) or --config.train.clip_norm > 0 (now "
+                f"{train_cfg.clip_norm}) on the same --workdir; it {where}.")
 
     def run(self, params, opt_state, start: int):
         train_cfg = self.config.train
@@ -202,7 +266,7 @@ class _Loop:
             record = {}
             if log_due:
                 elapsed = time.perf_counter() - window_start
-                self.steps_per_second = self.window_steps / max(elapsed, 1e-9)
+                self.steps_per_second = self.timed_steps / max(elapsed, 1e-9)
                 record = self.train_record(step)
                 progress.set_postfix(loss=f"{record['train/loss']:.4f}",
                                      acc=f"{record['train/token_accuracy']:.3f}")
@@ -211,7 +275,8 @@ class _Loop:
             self.writer.log(step, record)
             if save_due:
                 self.save(step, params, opt_state, eval_metrics)
-            window_start = time.perf_counter()  # evaluation and saving are not training speed
+            # Evaluation and saving are not training speed.
+            window_start, self.timed_steps = time.perf_counter(), 0
         progress.close()
         return params, opt_state, record
 
@@ -229,12 +294,11 @@ class _Loop:
             self.writer.log(step, {"diverged": 1})
             raise DivergedError(
                 f"training diverged at step {step}: the parameters or optimizer state are not "
-                f"finite; stopped before checkpointing it ({self.kept()}). Try a smaller "
-                f"train.learning_rate (now {self.config.train.learning_rate}) or "
-                f"train.clip_norm > 0.")
+                f"finite; stopped before checkpointing it ({self.kept()}). " + self.advice())
         meta = {"step": step, "data_step": step, "seed": self.config.seed,
                 "vocab_size": self.task.vocabulary.size,
-                "compilations": self.steps.compilations}
+                "compilations": self.steps.compilations,
+                "train_window": {"sums": dict(self.window), "steps": self.window_steps}}
         self.checkpointer.save(step, params=params, opt_state=opt_state, meta=meta,
                                config=to_dict(self.config), metrics=eval_metrics or None)
         self.last_checkpoint = step

@@ -30,6 +30,8 @@ def make_optimizer(train: Mapping[str, Any]) -> optax.GradientTransformation:
     """Global-norm clipping (if ``clip_norm`` > 0) then AdamW; no decay on biases and norms."""
     adamw = optax.adamw(learning_rate_schedule(train), weight_decay=train["weight_decay"],
                         mask=lambda params: jax.tree.map(lambda p: p.ndim > 1, params))
-    if train["clip_norm"] > 0:
-        return optax.chain(optax.clip_by_global_norm(train["clip_norm"]), adamw)
-    return adamw
+    # Always a chain, so the optimizer state has one structure whether or not clipping is on:
+    # a run can then be resumed with a different train.clip_norm.
+    clip = optax.clip_by_global_norm(train["clip_norm"]) if train["clip_norm"] > 0 \
+        else optax.identity()
+    return optax.chain(clip, adamw)
