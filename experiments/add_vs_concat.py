@@ -1,10 +1,14 @@
 """Add vs concat: the same model with position vectors added to, or concatenated with, tokens.
 
+    python experiments/add_vs_concat.py --workdir runs/add_vs_concat --cpu           # minutes
     python experiments/add_vs_concat.py --workdir runs/add_vs_concat                 # full
     python experiments/add_vs_concat.py --workdir runs/add_vs_concat_quick --quick   # CI-sized
 
-Trains ``model.pe.combine=add`` and ``=concat`` (concat: ``[token; position]`` projected back to
-d_model, so everything after the input is identical) for each seed, from ``--config`` (default
+Trains ``model.pe.combine=add``, ``=concat`` (``[token; position]`` projected back to d_model)
+and ``=split`` (d_model / 2 token + d_model / 2 position, no projection: the width-matched
+variant), so everything after the input is identical, for each seed. The output projection is
+untied in all three (a split model's half-width embedding cannot read out), so parameter counts
+differ only at the input; from ``--config`` (default
 ``configs/default.py``) with ``--scheme`` (sinusoidal or learned) and any ``--config.KEY=VALUE``
 overrides; evaluates every run over ``eval.lengths`` (decoded exact match, `pe-research eval`)
 unless ``--metric`` names a teacher-forced metric already in metrics.jsonl; then writes
@@ -37,7 +41,7 @@ from pe_research.model import abstract_model
 from pe_research.tasks import get_task
 from pe_research.training.loop import train
 
-COMBINES = ("add", "concat")
+COMBINES = ("add", "concat", "split")
 GROUP_BY = "model.pe.combine"
 QUICK = {  # seconds of training per run: checks the pipeline, not the science
     "data.train_lengths": (1, 6), "data.batch_size": 8, "data.buckets": (8, 16),
@@ -49,12 +53,19 @@ QUICK = {  # seconds of training per run: checks the pipeline, not the science
 }
 
 
+# Minutes on a 2-core CPU, long enough for every variant to learn copy in distribution.
+CPU = {"data.train_lengths": (1, 8), "data.buckets": (16, 32, 64), "train.steps": 1500,
+       "train.eval_every": 500, "train.checkpoint_every": 500, "train.eval_lengths": (12,),
+       "eval.lengths": (1, 2, 4, 6, 8, 9, 10, 12, 14, 16)}
+
+
 def run_config(base: ml_collections.ConfigDict, combine: str,
                seed: int) -> ml_collections.ConfigDict:
     """``base`` with this run's combine and seed."""
     config = ml_collections.ConfigDict(base.to_dict())
     with config.unlocked():
         config.model.pe.combine = combine
+        config.model.tie_output = False  # the same readout for all three variants
         config.seed = seed
         config.wandb.group = config.wandb.group or "add_vs_concat"
         config.wandb.tags = (*config.wandb.tags, f"combine={combine}")
@@ -92,7 +103,7 @@ def comparison_figure(groups: dict[str, Any], parameters: dict[str, int], metric
     bars.set_xlabel(GROUP_BY)
     bars.set_ylabel("trainable parameters (count)")
     bars.set_title("parameters", fontsize=10)
-    figure.suptitle(f"add vs concat, {scheme} positions")
+    figure.suptitle(f"add vs concat vs split, {scheme} positions")
     return figure
 
 
@@ -164,16 +175,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="decoded metrics run `pe-research eval` on each run; teacher-forced "
                              "ones read the evaluation during training")
     parser.add_argument("--quick", action="store_true", help="tiny model, a few steps")
+    parser.add_argument("--cpu", action="store_true",
+                        help="minutes on a 2-core CPU: copy of lengths 1-8, 1500 steps")
     args, rest = parser.parse_known_args(argv)
     user_overrides, unknown = collect_overrides(rest)
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     overrides = [f"--config.model.pe.type={args.scheme}"]
-    if args.quick:
-        overrides += [f"--config.{k}={','.join(map(str, v)) if isinstance(v, tuple) else v}"
-                      for k, v in QUICK.items()]
+    preset = QUICK if args.quick else CPU if args.cpu else {}
+    overrides += [f"--config.{k}={','.join(map(str, v)) if isinstance(v, tuple) else v}"
+                  for k, v in preset.items()]
     base = load_config(args.config, overrides + user_overrides)
-    seeds = list(range(args.seeds or (2 if args.quick else 3)))
+    seeds = list(range(args.seeds or (2 if args.quick or args.cpu else 3)))
     result = run_experiment(base, args.workdir, seeds, args.scheme, args.metric)
     print((args.workdir / "comparison" / "add_vs_concat.md").read_text(), end="")
     print(f"parameters: {result['parameters']}; comparison in {args.workdir / 'comparison'}")

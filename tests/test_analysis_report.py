@@ -110,7 +110,7 @@ def test_analytic_mode_takes_the_schemes_own_keys(tmp_path):
     (["--scheme", "rope", "--dim", "8", "--positions", "4"], "--scheme"),
     (["--scheme", "learned", "--dim", "8", "--positions", "4000"], "model.pe.max_len"),
     (["--scheme", "sinusoidal", "--dim", "7", "--positions", "10"], "model.d_model"),
-    ([], "RUN_DIR/--scheme"),
+    ([], "RUN_DIR/--scheme/--embeddings"),
 ])
 def test_bad_analytic_arguments_are_one_line_config_errors(argv, key, tmp_path, capsys):
     assert main(["analyze", *argv, "--out", str(tmp_path)]) == 2

@@ -125,3 +125,40 @@ def test_model_report_geometry_of_learned_positions_matches_its_figures(tmp_path
     assert (ortho["argmax"]["token_id"], ortho["argmax"]["position"]) == (token, position)
     bars = report.figures["orthogonality"].axes[0].patches[0]  # the histogram's stairs
     assert int(np.sum(bars.get_data().values)) == cos.size == sum(ortho["histogram"]["counts"])
+
+
+def test_summaries_use_only_the_trained_positions_of_the_config():
+    """Lengths 1-8 of reverse_string train positions 0-8; rows past them never move a number."""
+    from types import SimpleNamespace
+
+    from conftest import DEFAULT_CONFIG, tiny_overrides
+
+    from pe_research.analysis.run_inputs import default_num_positions, trained_positions
+    from pe_research.config import load_config
+    from pe_research.tasks import get_task
+
+    config = load_config(DEFAULT_CONFIG, tiny_overrides(**{"model.pe.type": "learned"}))
+    task = get_task(config.task.to_dict(), config.data.to_dict())
+    run = SimpleNamespace(config=config, task=task)
+    trained, source = trained_positions(run)
+    source_width, target_width = task.widest(range(1, 9))
+    assert trained == max(source_width, target_width + 1) == 9  # BOS + 8 target tokens
+    assert "data.train_lengths=(1, 8)" in source
+    assert default_num_positions(run) == 64
+
+    model = tiny_model("learned", pe={"max_len": 64, "init_std": 0.3})
+    before = model_report(model, None, num_positions=64, trained=trained).results
+    table = model.pe.table[...]
+    model.pe.table[...] = table.at[trained:].multiply(100.0)  # change only untrained rows
+    after = model_report(model, None, num_positions=64, trained=trained).results
+    for section in ("orthogonality", "shape"):
+        assert after[section] == before[section]
+    for name, profile in after["norms"].items():
+        if isinstance(profile, dict):
+            summary = {k: v for k, v in profile.items() if k != "norms"}
+            assert summary == {k: v for k, v in before["norms"][name].items() if k != "norms"}
+    raw = after["norms"]["raw"]
+    assert (raw["offset"], raw["end"]) == (2, 9)  # a quarter of 9: offset 100 is far past
+    norms = np.linalg.norm(np.asarray(table), axis=-1)[2:9]
+    assert raw["mean"] == pytest.approx(norms.mean(), rel=1e-5)
+    assert after["positions"]["trained"] == 9 and after["orthogonality"]["num_positions"] == 9

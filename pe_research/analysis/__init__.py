@@ -7,6 +7,7 @@ shape          position-by-position cosines and a 3-component PCA
 streams        the residual stream carried as content + position parts, layer by layer
 decomposition  self-attention logits split into additive content/position terms
 figures        every figure, drawn from exactly the data written to JSON/NPZ
+embedding_file position/token embeddings read from a .safetensors or .npz file
 report         everything together: figures (PNG), numbers (JSON), arrays (NPZ)
 publish        the written report into the run's W&B run
 run_inputs     a run's model at a checkpoint and real examples (for `pe-research analyze`)
@@ -18,6 +19,7 @@ from pe_research.analysis.orthogonality import cosine_matrix, token_position_ort
 from pe_research.analysis.report import (
     Report,
     analytic_report,
+    embedding_report,
     model_report,
     write_report,
 )
@@ -30,6 +32,7 @@ __all__ = [
     "attention_terms",
     "cosine_matrix",
     "decompose",
+    "embedding_report",
     "input_parts",
     "model_report",
     "norm_profile",

@@ -14,27 +14,39 @@ from matplotlib.figure import Figure
 POSITION_AXIS = "position (token index)"
 
 
+UNTRAINED_STYLE = {"color": "0.5", "alpha": 0.18, "lw": 0}
+
+
+def untrained_label(first: int) -> str:
+    return f"untrained positions (>= {first}): excluded from every statistic"
+
+
 def norm_figure(profiles: Mapping[str, Mapping[str, Any]], title: str) -> Figure:
-    """Norm against position, one line per measured vector set, with mean/std/CV past offset."""
-    figure = Figure(figsize=(8, 4.5), layout="constrained")
+    """Norm against position, one line per measured vector set, with mean/std/CV over the
+    trained positions past the offset; untrained positions shaded."""
+    figure = Figure(figsize=(8, 4.8), layout="constrained")
     axes = figure.add_subplot()
+    first = next(iter(profiles.values()))
+    offset, end, drawn = first["offset"], first["end"], first["num_positions"]
     for label, profile in profiles.items():
         norms = np.asarray(profile["norms"])
         line, = axes.plot(np.arange(norms.size), norms, lw=1.2,
                           label=f"{label}: mean {profile['mean']:.4g}, std {profile['std']:.3g}, "
-                                f"CV {profile['cv']:.3g} (positions >= {profile['offset']})")
-        axes.axhline(profile["mean"], color=line.get_color(), ls=":", lw=1)
-    offset = next(iter(profiles.values()))["offset"]
+                                f"CV {profile['cv']:.3g} (positions {offset}-{end - 1})")
+        axes.hlines(profile["mean"], offset, end - 1, color=line.get_color(), ls=":", lw=1)
     axes.axvline(offset, color="grey", ls="--", lw=1, label=f"offset {offset}")
+    if end < drawn:
+        axes.axvspan(end - 0.5, drawn - 0.5, **UNTRAINED_STYLE, label=untrained_label(end))
+    if any(label.endswith("_ln_folded") for label in profiles):
+        axes.plot([], [], " ", label="raw: ||p||; <stack>_ln_folded: ||g * (p - mean_d p)||, "
+                                     "g = that stack's first LayerNorm scale")
     axes.set_xlabel(POSITION_AXIS)
     axes.set_ylabel("L2 norm (input-embedding units)")
+    axes.set_xlim(-0.5, drawn - 0.5)
     top = max(float(np.max(profile["norms"])) for profile in profiles.values())
     axes.set_ylim(0.0, 1.15 * top if top > 0 else 1.0)
     axes.set_title(title)
-    axes.legend(fontsize=8)
-    if any(label.endswith("_ln_folded") for label in profiles):
-        figure.text(0.01, 0.005, "raw: ||p||; <stack>_ln_folded: ||g * (p - mean_d p)||, g = "
-                    "scale of that stack's first LayerNorm (pre-LN)", fontsize=7, va="bottom")
+    axes.legend(fontsize=7, loc="lower right")
     return figure
 
 
@@ -59,32 +71,46 @@ def orthogonality_figure(result: Mapping[str, Any], title: str) -> Figure:
     return figure
 
 
-def cosine_heatmap_figure(cos_PxP: np.ndarray, title: str) -> Figure:
-    """Position-by-position cosine similarity."""
+def cosine_heatmap_figure(cos_PxP: np.ndarray, title: str, trained: int | None = None) -> Figure:
+    """Position-by-position cosine similarity; the trained block outlined when there is more."""
     figure = Figure(figsize=(6.5, 5.5), layout="constrained")
     axes = figure.add_subplot()
     image = axes.imshow(cos_PxP, cmap="RdBu_r", vmin=-1.0, vmax=1.0, origin="upper",
                         interpolation="nearest")
     figure.colorbar(image, ax=axes, label="cosine similarity (unitless)")
+    if trained is not None and trained < cos_PxP.shape[0]:
+        edge = trained - 0.5
+        axes.plot([-0.5, edge, edge], [edge, edge, -0.5], color="k", lw=1.2,
+                  label=f"trained positions 0-{trained - 1} (summaries use only these)")
+        axes.legend(fontsize=7, loc="lower left")
     axes.set_xlabel(POSITION_AXIS)
     axes.set_ylabel(POSITION_AXIS)
     axes.set_title(title)
     return figure
 
 
-def pca_figure(coords_Px3: np.ndarray, ratios: list[float], title: str) -> Figure:
-    """The position vectors' first three principal components as a curve coloured by position."""
+def pca_figure(coords_Px3: np.ndarray, ratios: list[float], title: str,
+               trained: int | None = None) -> Figure:
+    """The position vectors' first three principal components as a curve coloured by position;
+    untrained positions (projected onto the trained ones' components) in grey."""
     figure = Figure(figsize=(7, 6), layout="constrained")
     positions = np.arange(coords_Px3.shape[0])
+    trained = coords_Px3.shape[0] if trained is None else trained
     columns = [coords_Px3[:, i] if i < coords_Px3.shape[1] else np.zeros_like(positions, float)
                for i in range(3)]
     axes = figure.add_subplot(projection="3d")
-    axes.plot(*columns, color="grey", lw=0.5, alpha=0.6)
-    points = axes.scatter(*columns, c=positions, cmap="viridis", s=4)
-    figure.colorbar(points, ax=axes, shrink=0.6, pad=0.12, label=POSITION_AXIS)
+    head = [c[:trained] for c in columns]
+    axes.plot(*head, color="grey", lw=0.5, alpha=0.6)
+    points = axes.scatter(*head, c=positions[:trained], cmap="viridis", s=6)
+    figure.colorbar(points, ax=axes, shrink=0.6, pad=0.12,
+                    label=f"trained {POSITION_AXIS}")
+    if trained < coords_Px3.shape[0]:
+        axes.scatter(*[c[trained:] for c in columns], color="0.6", s=3, alpha=0.5,
+                     label=untrained_label(trained))
+        axes.legend(fontsize=7, loc="upper left")
     for i, setter in enumerate((axes.set_xlabel, axes.set_ylabel, axes.set_zlabel)):
         setter(f"PC{i + 1} ({100 * ratios[i]:.1f}%)" if i < len(ratios) else f"PC{i + 1} (none)")
-    axes.set_title(f"{title}\nexplained variance ratio: " +
+    axes.set_title(f"{title}\nexplained variance ratio (positions 0-{trained - 1}): " +
                    ", ".join(f"PC{i + 1} {r:.3f}" for i, r in enumerate(ratios)) +
                    "\n(coordinates in embedding units)", fontsize=10)
     return figure

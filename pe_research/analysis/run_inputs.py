@@ -51,9 +51,30 @@ def evaluation_positions(run: LoadedRun, batch: dict[str, np.ndarray]) -> tuple[
 
 
 def default_num_positions(run: LoadedRun) -> int:
-    """Positions to draw: the learned table's size, the randomized range, else the top bucket."""
+    """Positions to draw: the trained range and as much again past it (at least 64), within the
+    learned table's size, the randomized range, else the top bucket."""
     pe = run.config.model.pe.to_dict()
     max_position, _ = randomize_settings(pe)
     if "max_len" in pe:
-        return int(pe["max_len"])
-    return max_position or int(max(run.config.data.buckets))
+        limit = int(pe["max_len"])
+    else:
+        limit = max_position or int(max(run.config.data.buckets))
+    trained, _ = trained_positions(run)
+    return min(limit, max(2 * trained, 64))
+
+
+def trained_positions(run: LoadedRun) -> tuple[int, str]:
+    """How many positions training used (``0 .. N-1``), and why, from the run's config.
+
+    Randomized positions draw from ``[0, max_position)``; otherwise the longest training
+    sequence sets it: the widest source, or the target plus its BOS/EOS slot.
+    """
+    max_position, _ = randomize_settings(run.config.model.pe.to_dict())
+    if max_position > 0:
+        return max_position, (f"model.pe.randomize.max_position={max_position}: training draws "
+                              "positions below it")
+    low, high = (int(n) for n in run.config.data.train_lengths)
+    source, target = run.task.widest(range(low, high + 1))
+    longest = max(source, target + 1)
+    return longest, (f"data.train_lengths=({low}, {high}): the longest training sequence has "
+                     f"{longest} tokens (source {source}, target {target} + BOS/EOS)")

@@ -14,17 +14,24 @@ def position_cosines(positions_PxD: Any) -> np.ndarray:
     return cosine_matrix(positions_PxD, positions_PxD)
 
 
-def principal_components(vectors_PxD: Any, num_components: int = 3) -> dict[str, Any]:
+def principal_components(vectors_PxD: Any, num_components: int = 3,
+                         project: Any = None) -> dict[str, Any]:
     """PCA over positions (rows centred on their mean): coordinates ``[P, k]`` and variance ratios.
+
+    With ``project`` (``[Q, D]``), the coordinates are those of ``project``'s rows on the
+    components fitted to ``vectors_PxD`` (e.g. every drawn position on the trained ones' axes).
 
     ``explained_variance_ratio[i]`` is the fraction of the total variance of the centred vectors
     along component i; components come from the SVD, signs fixed so each has a positive first
     coordinate at position 0 (or the first nonzero one).
     """
     x = np.asarray(vectors_PxD, np.float64)
-    centred = x - x.mean(axis=0, keepdims=True)
+    mean_1xD = x.mean(axis=0, keepdims=True)
+    centred = x - mean_1xD
     _, singular, components_KxD = np.linalg.svd(centred, full_matrices=False)
     k = min(num_components, components_KxD.shape[0])
+    if project is not None:
+        centred = np.asarray(project, np.float64) - mean_1xD
     coords_PxK = centred @ components_KxD[:k].T
     for i in range(k):
         nonzero = np.flatnonzero(np.abs(coords_PxK[:, i]) > 1e-12)

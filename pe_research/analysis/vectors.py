@@ -4,7 +4,9 @@ With ``combine=add`` the input is ``token + position`` with ``token = embed(t) *
 ``scale_embedding``) and ``position = scheme.input_vectors(p)``. With ``combine=concat`` the input
 is ``W [token; position] + b = (W_token token + b) + W_position position``, so the position part
 is the position vector after its half of the projection and the bias stays with the token part.
-Either way ``token_part + position_part`` equals ``model.embed_inputs`` (without dropout).
+With ``combine=split`` the input is ``[token; position]``, each half as wide: the token part is
+``[token; 0]`` and the position part ``[0; position]`` (exactly orthogonal by construction).
+Every way, ``token_part + position_part`` equals ``model.embed_inputs`` (without dropout).
 """
 
 from __future__ import annotations
@@ -23,11 +25,14 @@ def input_parts(model: Seq2SeqTransformer, tokens_BxT: jax.Array, positions_BxT:
     """Token part ``[B, T, D]`` and position part ``[B, T, D]`` (None: the scheme adds none)."""
     token = model.embed(tokens_BxT).astype(jnp.float32)
     if model.config.scale_embedding:
-        token = token * jnp.sqrt(float(model.config.d_model))
+        token = token * jnp.sqrt(float(model.config.token_width))
     vectors = model.pe.input_vectors(positions_BxT)
     if vectors is None:
         return token, None
     position = vectors.astype(jnp.float32)
+    if model.config.split_input:  # [token; 0] + [0; position]: each lives in its own half
+        return (jnp.concatenate([token, jnp.zeros_like(position)], axis=-1),
+                jnp.concatenate([jnp.zeros_like(token), position], axis=-1))
     projection = model.input_projection
     if projection is None:
         return token, position

@@ -3,10 +3,14 @@
     pe-research analyze RUN_DIR [--step best|latest|N] [--out DIR] [--length N] [--examples N]
                                 [--config.KEY=VALUE ...]   (eval-time keys, e.g. model.pe.scaling)
     pe-research analyze --scheme sinusoidal --dim 512 --positions 2048 [--out DIR]
+    pe-research analyze --embeddings gpt2.safetensors --key wpe [--token-embeddings wte]
+                        [--ln-scale h.0.ln_1.weight --ln-bias h.0.ln_1.bias] [--out DIR]
 
 The first reads a trained run and writes ``RUN_DIR/analysis/step_<N>/`` (PNGs, analysis.json,
 analysis_arrays.npz, decomposition.md), then logs it to the run's W&B run. The second (analytic
-mode) needs no run: it draws a fixed scheme's position vectors and writes their geometry.
+mode) needs no run: it draws a fixed scheme's position vectors and writes their geometry. The
+third reads a position-embedding matrix trained elsewhere (and optionally the token embeddings and
+the first LayerNorm) from a ``.safetensors`` or ``.npz`` file and writes the same geometry.
 """
 
 from __future__ import annotations
@@ -32,11 +36,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "RUN_DIR/analysis/step_<N>, or runs/analysis/<scheme>_d<dim>_p<positions>)")
     parser.add_argument("--scheme", help="analytic mode: a scheme with position vectors")
     parser.add_argument("--dim", type=int, default=512, help="analytic mode: vector width")
+    parser.add_argument("--embeddings", metavar="FILE",
+                        help="a .safetensors or .npz file holding a position-embedding matrix")
+    parser.add_argument("--key", help="with --embeddings: the [positions, width] matrix's name")
+    parser.add_argument("--token-embeddings", default="", metavar="KEY",
+                        help="with --embeddings: the [vocabulary, width] token matrix's name")
+    parser.add_argument("--ln-scale", default="", metavar="KEY",
+                        help="with --embeddings: the first LayerNorm's scale (fold it in)")
+    parser.add_argument("--ln-bias", default="", metavar="KEY",
+                        help="with --embeddings: that LayerNorm's bias (apply the whole norm)")
     parser.add_argument("--positions", type=int, default=0,
-                        help="positions 0..N-1 to analyse (analytic default 2048; run default: "
-                             "the learned table size, the randomized range or the top bucket)")
+                        help="positions 0..N-1 to draw (analytic default 2048; run default: "
+                             "twice the trained range, at least 64, within the learned table, "
+                             "the randomized range or the top bucket)")
     parser.add_argument("--offset", type=int, default=DEFAULT_OFFSET,
-                        help="norm statistics use positions >= offset")
+                        help="norm statistics skip positions below it, when training reached "
+                             "at least twice as far (else a quarter of the trained range)")
     parser.add_argument("--length", type=int, default=0,
                         help="task length of the examples decomposed (default: the longest "
                              "trained)")
@@ -46,9 +61,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_arguments(args: argparse.Namespace) -> None:
     """One-line ConfigErrors for impossible argument combinations, before any work."""
-    if (args.run_dir is None) == (args.scheme is None):
-        raise ConfigError("RUN_DIR/--scheme", args.run_dir or args.scheme,
-                          "give a run directory or --scheme (analytic mode), not both")
+    sources = [value for value in (args.run_dir, args.scheme, args.embeddings) if value]
+    if len(sources) != 1:
+        raise ConfigError("RUN_DIR/--scheme/--embeddings", ", ".join(sources) or None,
+                          "give exactly one: a run directory, --scheme (analytic mode) or "
+                          "--embeddings FILE --key NAME")
+    if args.embeddings and not args.key:
+        raise ConfigError("--key", args.key, "name the position-embedding matrix in "
+                                             f"{args.embeddings}, e.g. --key wpe")
+    extra = [f"--{n.replace('_', '-')}" for n in ("key", "token_embeddings", "ln_scale",
+                                                  "ln_bias") if getattr(args, n)]
+    if extra and not args.embeddings:
+        raise ConfigError(extra[0], getattr(args, extra[0][2:].replace("-", "_")),
+                          "only with --embeddings FILE")
     for name in ("dim", "examples"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name}", getattr(args, name), "a positive integer")
@@ -79,10 +104,15 @@ def analytic_pe_overrides(scheme: str, overrides: Sequence[str]) -> dict[str, An
 def headline(results: dict[str, Any]) -> list[str]:
     """A few lines of the main numbers for the terminal."""
     lines = []
+    if "positions" in results:
+        info = results["positions"]
+        lines.append(f"positions: {info['drawn']} drawn, statistics over "
+                     f"{info['statistics_over']}; trained: {info['trained_source']}")
     for name, profile in results.get("norms", {}).items():
         if isinstance(profile, dict):
             lines.append(f"norm {name}: mean {profile['mean']:.6g}, std {profile['std']:.3g}, "
-                         f"CV {profile['cv']:.3g} over positions >= {profile['offset']}")
+                         f"CV {profile['cv']:.3g} over positions {profile['offset']}-"
+                         f"{profile['end'] - 1}")
     if "orthogonality" in results:
         o = results["orthogonality"]
         lines.append(f"token/position |cos|: mean {o['mean_abs_cos']:.4f} (random "
@@ -102,12 +132,22 @@ def run(args: argparse.Namespace) -> int:
     from pe_research.analysis.report import (
         analytic_report,
         check_analytic_scheme,
+        embedding_report,
         model_report,
         write_report,
     )
 
     overrides = getattr(args, "config_overrides", [])
-    if args.scheme is not None:
+    if args.embeddings:
+        if overrides:
+            raise ConfigError(overrides[0], "", "--config overrides do not apply to --embeddings")
+        report = embedding_report(args.embeddings, args.key, token_key=args.token_embeddings,
+                                  ln_scale_key=args.ln_scale, ln_bias_key=args.ln_bias,
+                                  num_positions=args.positions, offset=args.offset)
+        out = Path(args.out or f"runs/analysis/{Path(args.embeddings).stem}_{args.key}")
+        paths = write_report(report, out)
+        wandb_run = None
+    elif args.scheme is not None:
         check_analytic_scheme(args.scheme)
         positions = args.positions or 2048
         report = analytic_report(args.scheme, args.dim, positions, offset=args.offset,
@@ -122,15 +162,18 @@ def run(args: argparse.Namespace) -> int:
             evaluation_positions,
             example_batch,
             load_analysis_run,
+            trained_positions,
         )
 
         loaded = load_analysis_run(args.run_dir, args.step, overrides)
         batch = example_batch(loaded, args.length or None, args.examples)
         title = f"{Path(args.run_dir).name} step {loaded.step}"
+        trained, trained_source = trained_positions(loaded)
         report = model_report(loaded.model, batch,
                               num_positions=args.positions or default_num_positions(loaded),
                               offset=args.offset, title=title,
-                              positions=evaluation_positions(loaded, batch))
+                              positions=evaluation_positions(loaded, batch), trained=trained,
+                              trained_source=trained_source)
         report.results.update({"run_dir": str(loaded.run_dir), "step": loaded.step,
                                "examples": {"count": args.examples,
                                             "task_length": int(batch["lengths"].max())}})

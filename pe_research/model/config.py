@@ -9,7 +9,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from pe_research.errors import ConfigError, check_choice
-from pe_research.positional.registry import check_pe_config
+from pe_research.positional.registry import check_pe_config, scheme_class
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 ACTIVATIONS = ("gelu", "relu")
@@ -73,4 +73,26 @@ class ModelConfig:
         if not 0.0 <= self.dropout_rate < 1.0:
             raise ConfigError("model.dropout_rate", self.dropout_rate, "in [0, 1)")
         check_pe_config(self.pe, d_model=self.d_model, num_heads=self.num_heads)
+        if self.split_input:
+            if self.d_model % 2:
+                raise ConfigError("model.d_model", self.d_model,
+                                  "must be even with model.pe.combine='split' (half token, half "
+                                  "position)")
+            if self.tie_output:
+                raise ConfigError("model.tie_output", True, "must be False with "
+                                  "model.pe.combine='split': the d_model / 2 token embedding "
+                                  "cannot read out a d_model-wide output")
+            scheme_class(self.pe["type"]).check_config(self.pe, d_model=self.d_model // 2,
+                                                       num_heads=self.num_heads)
+
+    @property
+    def split_input(self) -> bool:
+        """True when tokens and positions each fill half the input width (combine='split')."""
+        return (self.pe.get("combine", "add") == "split"
+                and scheme_class(self.pe["type"]).adds_input_vectors)
+
+    @property
+    def token_width(self) -> int:
+        """Width of the token embedding: d_model, or d_model / 2 with combine='split'."""
+        return self.d_model // 2 if self.split_input else self.d_model
 

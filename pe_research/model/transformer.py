@@ -23,7 +23,8 @@ def shared_scheme(config: ModelConfig, rngs: nnx.Rngs) -> PositionalScheme:
     scheme = scheme_class(config.pe["type"])
     if not scheme.shared_across_layers and not scheme.adds_input_vectors:
         return NoPE(config.pe, d_model=config.d_model, num_heads=config.num_heads, rngs=rngs)
-    return build_scheme(config.pe, d_model=config.d_model, num_heads=config.num_heads, rngs=rngs)
+    width = config.d_model - config.token_width if config.split_input else config.d_model
+    return build_scheme(config.pe, d_model=width, num_heads=config.num_heads, rngs=rngs)
 
 
 class Seq2SeqTransformer(nnx.Module):
@@ -33,7 +34,7 @@ class Seq2SeqTransformer(nnx.Module):
         self.config = config
         dtype = config.compute_dtype
         self.pe = shared_scheme(config, rngs)
-        self.embed = nnx.Embed(config.vocab_size, config.d_model, dtype=dtype,
+        self.embed = nnx.Embed(config.vocab_size, config.token_width, dtype=dtype,
                                param_dtype=jnp.float32, rngs=rngs)
         concat = type(self.pe).adds_input_vectors and config.pe.get("combine", "add") == "concat"
         self.input_projection = (
@@ -53,14 +54,17 @@ class Seq2SeqTransformer(nnx.Module):
 
     def embed_inputs(self, tokens_BxT: jax.Array, positions_BxT: jax.Array,
                      key: jax.Array | None) -> jax.Array:
-        """Token embeddings combined (add or concat + projection) with the scheme's vectors."""
+        """Token embeddings combined (add, concat + projection, or split) with the scheme's
+        vectors; ``[B, T, D]``."""
         x = self.embed(tokens_BxT)
-        if self.config.scale_embedding:
-            x = x * jnp.sqrt(float(self.config.d_model)).astype(x.dtype)
+        if self.config.scale_embedding:  # by the square root of the embedding's own width
+            x = x * jnp.sqrt(float(self.config.token_width)).astype(x.dtype)
         vectors = self.pe.input_vectors(positions_BxT)
         if vectors is not None:
             vectors = vectors.astype(x.dtype)
-            if self.input_projection is None:
+            if self.config.split_input:
+                x = jnp.concatenate([x, vectors], axis=-1)
+            elif self.input_projection is None:
                 x = x + vectors
             else:
                 x = self.input_projection(jnp.concatenate([x, vectors], axis=-1))

@@ -43,7 +43,9 @@ SCHEMES: dict[str, type[PositionalScheme]] = {
 # Keys of model.pe that belong to the model, not to any one scheme.
 COMMON_DEFAULTS: dict[str, Any] = {"type": "rope", "combine": "add",
                                    "randomize": RANDOMIZE_DEFAULTS}
-COMBINE_CHOICES = ("add", "concat")
+# add: token + position. concat: W [token; position] + b, back to d_model. split: [token; position]
+# with token and position each d_model / 2 wide, no projection (same width, no extra parameters).
+COMBINE_CHOICES = ("add", "concat", "split")
 
 
 def scheme_class(name: str) -> type[PositionalScheme]:
