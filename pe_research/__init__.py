@@ -6,6 +6,7 @@ The short public API (imported on first use, so ``import pe_research`` stays che
 
     config = load_config("configs/default.py", ["--config.model.pe.type=alibi"])
     train(config, "runs/copy_alibi")                  # train (or resume) a run directory
+    train_ensemble([config_seed0, config_seed1], ["runs/s0", "runs/s1"])  # seeds in one program
     run = load_run("runs/copy_alibi", "best")         # restore it on the devices present
     result = evaluate(run, lengths=range(1, 65))      # one row per length, every metric
     compare_runs(["runs/copy_alibi", "runs/copy_rope"], "runs/comparison")
@@ -22,6 +23,8 @@ from typing import Any
 _PUBLIC = {
     "load_config": "pe_research.config.files",
     "train": "pe_research.training.loop",
+    "train_ensemble": "pe_research.training.ensemble",
+    "evaluate_members": "pe_research.evaluation.range_eval",
     "load_run": "pe_research.runs.restore",
     "evaluate": ("pe_research.evaluation.range_eval", "evaluate_run"),
     "compare_runs": "pe_research.evaluation.compare",

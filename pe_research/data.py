@@ -38,6 +38,8 @@ BATCH_KEYS = ("source", "source_mask", "target_input", "target_output", "target_
 # Random streams: the plan of a global batch is shared by all processes, examples are not.
 PLAN_STREAM, EXAMPLE_STREAM = 0x91A7, 0xE8A3
 EVAL_FORMAT_VERSION = 1
+SOURCE_KEYS, TARGET_KEYS = ("source", "source_mask"), ("target_input", "target_output",
+                                                       "target_mask")
 
 
 def bucket_length(n: int, buckets: Sequence[int]) -> int:
@@ -193,6 +195,25 @@ def eval_batches(dataset: datasets.Dataset, length: int, batch_size: int, bucket
                             target.padded(chunk, target_width), target.lengths[chunk],
                             np.full(chunk.size, length, np.int32))
         yield _pad_rows(make_batch(examples, source_width, target_width), local)
+
+
+def pad_to(batch: dict[str, np.ndarray], source_width: int,
+           target_width: int) -> dict[str, np.ndarray]:
+    """A batch padded with masked columns to ``[B, source_width]`` / ``[B, target_width]``."""
+    out = dict(batch)
+    for keys, width in ((SOURCE_KEYS, source_width), (TARGET_KEYS, target_width)):
+        for key in keys:
+            extra = width - batch[key].shape[1]
+            out[key] = np.pad(batch[key], ((0, 0), (0, extra))) if extra else batch[key]
+    return out
+
+
+def stack_batches(batches: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """``[M, B, ...]``: every member's batch padded to the widest member's widths."""
+    source = max(b["source"].shape[1] for b in batches)
+    target = max(b["target_input"].shape[1] for b in batches)
+    padded = [pad_to(b, source, target) for b in batches]
+    return {key: np.stack([b[key] for b in padded]) for key in batches[0]}
 
 
 def global_batch(local_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 
@@ -12,6 +13,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from pe_research.errors import ConfigError, check_divisible
 
 DATA_AXIS = "data"
+MEMBERS_AXIS = "members"  # ensembles: one slice of members per group of devices
 DISTRIBUTED_ENV = "PE_RESEARCH_DISTRIBUTED"
 
 
@@ -59,6 +61,26 @@ def data_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
     """A 1-D mesh with axis ``data`` over ``devices`` (default: every device of every process)."""
     devices = jax.devices() if devices is None else list(devices)
     return Mesh(np.asarray(devices), (DATA_AXIS,))
+
+
+def ensemble_mesh(num_members: int, devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """A 2-D mesh ``(members, data)``: members split over as many devices as divide them evenly,
+    the batch over the rest (8 devices and 16 members: 8 x 1; 8 devices and 4 members: 4 x 2)."""
+    devices = jax.local_devices() if devices is None else list(devices)
+    groups = math.gcd(int(num_members), len(devices))
+    return Mesh(np.asarray(devices).reshape(groups, len(devices) // groups),
+                (MEMBERS_AXIS, DATA_AXIS))
+
+
+def member_sharded(mesh: Mesh) -> NamedSharding:
+    """The leading (member) axis split over ``members``; replicated on a mesh without one."""
+    axis = MEMBERS_AXIS if MEMBERS_AXIS in mesh.axis_names else None
+    return NamedSharding(mesh, PartitionSpec(axis))
+
+
+def member_batch_sharded(mesh: Mesh) -> NamedSharding:
+    """``[M, B, ...]`` batches: members over ``members``, rows over ``data``."""
+    return NamedSharding(mesh, PartitionSpec(MEMBERS_AXIS, DATA_AXIS))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

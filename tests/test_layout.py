@@ -9,7 +9,7 @@ import pe_research
 
 PACKAGE = Path(pe_research.__file__).parent
 LOWER = ("model", "positional", "tasks")
-UPPER = ("training", "evaluation", "runs", "cli")
+UPPER = ("training", "evaluation", "runs", "sweeps", "cli")
 
 
 def module_name(path: Path) -> str:

@@ -38,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
                         help="run directories or quoted globs, e.g. 'runs/*'")
     parser.add_argument("--group-by", default="model.pe.type",
-                        help="config key that names a curve (default model.pe.type)")
+                        help="config key that names a curve (default model.pe.type); several, "
+                             "comma-separated, group by their combination")
     parser.add_argument("--metric", default=HEADLINE, choices=list(METRICS),
                         help=f"a metric of the metric table (default {HEADLINE}); decoded ones "
                              "come from `pe-research eval`, the others also from training")

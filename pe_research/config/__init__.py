@@ -7,15 +7,18 @@ files      ``configs/<name>.py`` -> ConfigDict; a run's ``config.json`` saved an
 """
 
 from pe_research.config.files import (
+    call_user_code,
     from_mapping,
     load_config,
     load_run_config,
+    load_user_module,
     save_config,
     to_dict,
 )
 from pe_research.config.overrides import (
     apply_overrides,
     collect_overrides,
+    override_text,
     parse_value,
     split_override,
 )
@@ -31,7 +34,7 @@ from pe_research.config.validate import best_mode, validate_config
 
 __all__ = [
     "BLOCK_DEFAULTS", "MODEL_DEFAULTS", "TOP_LEVEL_DEFAULTS", "apply_overrides", "base_config",
-    "best_mode", "collect_overrides", "complete", "default_task_block", "from_mapping",
-    "load_config", "load_run_config", "parse_value", "save_config", "split_override", "to_dict",
-    "validate_config",
+    "best_mode", "call_user_code", "collect_overrides", "complete", "default_task_block",
+    "from_mapping", "load_config", "load_run_config", "load_user_module", "override_text",
+    "parse_value", "save_config", "split_override", "to_dict", "validate_config",
 ]

@@ -10,8 +10,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import ml_collections
@@ -52,17 +53,30 @@ def load_config(path: str | Path, overrides: Sequence[str] = (), *,
 
 def _run_config_file(path: Path) -> dict[str, Any]:
     """``get_config().to_dict()`` of the file; any failure in it is one ConfigError."""
+    module = load_user_module(path)
+    if not hasattr(module, "get_config"):
+        raise ConfigError("--config", str(path), "the file must define get_config()")
+    config = call_user_code(path, module.get_config)
+    if not isinstance(config, ml_collections.ConfigDict):
+        raise ConfigError("--config", str(path), "get_config() must return an "
+                          f"ml_collections.ConfigDict, not {type(config).__name__}")
+    return config.to_dict()
+
+
+def load_user_module(path: str | Path) -> ModuleType:
+    """The Python file at ``path`` run as a module (config and sweep files); errors as one line."""
+    path = Path(path)
+    spec = importlib.util.spec_from_file_location(f"pe_research_user_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    call_user_code(path, spec.loader.exec_module, module)
+    return module
+
+
+def call_user_code(path: Path, function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)``, code of the file at ``path``; anything it raises is one ConfigError
+    naming the file, the line and the message."""
     try:
-        spec = importlib.util.spec_from_file_location(f"pe_research_config_{path.stem}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        if not hasattr(module, "get_config"):
-            raise ConfigError("--config", str(path), "the file must define get_config()")
-        config = module.get_config()
-        if not isinstance(config, ml_collections.ConfigDict):
-            raise ConfigError("--config", str(path), "get_config() must return an "
-                              f"ml_collections.ConfigDict, not {type(config).__name__}")
-        return config.to_dict()
+        return function(*args)
     except ConfigError:
         raise
     except SyntaxError as error:
@@ -70,7 +84,7 @@ def _run_config_file(path: Path) -> dict[str, Any]:
                           f"{error.msg}; fix the file") from None
     except Exception as error:  # noqa: BLE001 - the user's code may raise anything
         lines = [f.lineno for f in traceback.extract_tb(error.__traceback__)
-                 if Path(f.filename).resolve() == path.resolve()]
+                 if Path(f.filename).resolve() == Path(path).resolve()]
         where = f" at line {lines[-1]}" if lines else ""
         raise ConfigError("--config", str(path), f"running it raised {type(error).__name__}"
                           f"{where}: {error}; fix the file") from None

@@ -82,6 +82,17 @@ def _parent(config: ml_collections.ConfigDict, key: str) -> tuple[Any, str]:
     raise AssertionError("unreachable")
 
 
+def override_text(value: Any) -> str:
+    """The override text that ``parse_value`` reads back as ``value`` (sweep grids)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list | tuple):
+        return repr(tuple(value))
+    return repr(value)
+
+
 def parse_value(key: str, text: str, current: Any) -> Any:
     """Parse override text by the type of the value it replaces."""
     try:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from pe_research.atomic_files import atomic_open, atomic_write_text
+from pe_research.config.naming import short_keys
 from pe_research.errors import ConfigError
 from pe_research.evaluation.metrics import HEADLINE, METRICS, Metric, get_metric
 from pe_research.evaluation.plots import plot_comparison
@@ -63,6 +64,16 @@ def config_value(config: Mapping[str, Any], dotted: str) -> Any:
     return node
 
 
+def group_label(config: Mapping[str, Any], group_by: str) -> str:
+    """The group a run belongs to: the value of ``group_by``, or ``k=v, ...`` for several
+    comma-separated keys (``model.pe.type,model.pe.randomize.max_position``)."""
+    keys = [key.strip() for key in group_by.split(",") if key.strip()]
+    if len(keys) == 1:
+        return str(config_value(config, keys[0]))
+    labels = short_keys(keys)
+    return ", ".join(f"{labels[key]}={config_value(config, key)}" for key in keys)
+
+
 def load_curve(run_dir: str | Path, metric: str = HEADLINE,
                eval_name: str = DEFAULT_EVAL_NAME, group_by: str = "model.pe.type") -> RunCurve:
     """The curve of ``metric`` for one run (eval results first, then metrics.jsonl)."""
@@ -72,7 +83,7 @@ def load_curve(run_dir: str | Path, metric: str = HEADLINE,
     if not paths.is_run():
         raise ConfigError("RUN_DIR", str(run_dir), f"not a run directory (no {paths.config.name})")
     config = paths.read_config()
-    group = str(config_value(config, group_by))
+    group = group_label(config, group_by)
     path = paths.eval_results(eval_name)
     rows = read_results(path)["rows"] if path.is_file() else []
     if rows and metric in rows[0]:

@@ -193,3 +193,57 @@ def evaluate_run(run: LoadedRun, lengths: Sequence[int] | None = None,
     evaluator = RangeEvaluator(config, run.graphdef, run.rest, run.mesh)
     return evaluator(run.params, dataset, lengths, config.eval.batch_size,
                      tuple(buckets or config.data.buckets), progress=True)
+
+
+def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = None,
+                     buckets: Sequence[int] | None = None) -> list[EvalResult]:
+    """Range evaluation of an ensemble's members in one program, vmapped over members.
+
+    The members share everything but seed and learning rate; member k is scored on its own
+    frozen eval set (that of its seed) with its own position key, so its rows equal
+    ``evaluate_run(runs[k])``. Batches are padded to the widest member's buckets, so the
+    function compiles once per batch shape for all members.
+    """
+    first = runs[0].config
+    lengths = tuple(int(n) for n in (lengths or default_lengths(first)))
+    buckets = tuple(buckets or first.data.buckets)
+    for run in runs:
+        run.task.check_lengths(lengths, "--lengths")
+    datasets = [data.eval_dataset(run.task, lengths, run.config.data.eval_samples,
+                                  run.config.seed, str(RunDir(run.run_dir).eval_data(
+                                      run.config.data))) for run in runs]
+    planner = RangeEvaluator(first, runs[0].graphdef, runs[0].rest, runs[0].mesh)
+    for dataset in datasets:
+        planner.plan(dataset, lengths, first.eval.batch_size, buckets)
+    compiled_shapes: list[tuple[int, int, int]] = []
+    graphdef, rest = runs[0].graphdef, runs[0].rest
+
+    def statistics(params, batch, position_key):
+        compiled_shapes.append((*batch["source"].shape[1:], batch["target_input"].shape[2]))
+        return jax.vmap(lambda p, b, k: example_statistics(nnx.merge(graphdef, p, rest), b, k))(
+            params, batch, position_key)
+
+    stacked_statistics = jax.jit(statistics)
+    params = jax.tree.map(lambda *leaves: jax.numpy.stack(leaves), *(run.params for run in runs))
+    keys = jax.random.wrap_key_data(jax.numpy.stack(
+        [jax.random.key_data(eval_position_key(run.config.seed)) for run in runs]))
+    start = time.perf_counter()
+    rows: list[list[LengthResult]] = [[] for _ in runs]
+    bar = tqdm(lengths, desc=f"eval {len(runs)} members", unit="length",
+               delay=PROGRESS_DELAY_S, leave=False, dynamic_ncols=True)
+    for length in bar:
+        streams = [data.eval_batches(dataset, length, first.eval.batch_size, buckets)
+                   for dataset in datasets]
+        pending = [stacked_statistics(params, data.stack_batches(list(batches)), keys)
+                   for batches in zip(*streams, strict=True)]
+        for k, member_rows in enumerate(rows):
+            totals: dict[str, float] = {}
+            for sums in pending:
+                for key, value in sums.items():
+                    totals[key] = totals.get(key, 0.0) + float(
+                        np.sum(np.asarray(value)[k], dtype=np.float64))
+            member_rows.append(summarize_length(length, totals))
+    seconds = time.perf_counter() - start
+    return [EvalResult(rows=member_rows, compilations=len(compiled_shapes),
+                       compiled_shapes=list(compiled_shapes), seconds=seconds)
+            for member_rows in rows]

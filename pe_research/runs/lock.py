@@ -26,8 +26,9 @@ class RunDirBusyError(UsageError):
 class RunDirLock:
     """Held by the one process (process 0) that writes a run directory, for the run's lifetime."""
 
-    def __init__(self, run_dir: str | Path):
+    def __init__(self, run_dir: str | Path, activity: str = "trained"):
         self.path = Path(run_dir) / LOCK_FILE
+        self.activity = activity  # what the holder is doing, for the message
         self.fd: int | None = None
 
     def acquire(self) -> RunDirLock:
@@ -41,7 +42,7 @@ class RunDirLock:
             os.close(fd)
             pid, host = (holder + ["?", "?"])[:2]
             raise RunDirBusyError(
-                f"{self.path.parent} is being trained by process {pid} on {host} (lock "
+                f"{self.path.parent} is being {self.activity} by process {pid} on {host} (lock "
                 f"{self.path}); wait for it to finish, stop it, or use another --workdir"
             ) from None
         os.ftruncate(fd, 0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 from jax.sharding import Mesh
 from tqdm import tqdm
 
@@ -77,11 +79,12 @@ class TrainResult:
     wandb_run: str | None
 
 
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flat_config(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``."""
     out = {}
     for key, value in tree.items():
         if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
+            out.update(flat_config(value, f"{prefix}{key}."))
         else:
             out[f"{prefix}{key}"] = value
     return out
@@ -93,7 +96,7 @@ def config_changes(config: ml_collections.ConfigDict, run_dir: Path) -> dict[str
     path = RunDir(run_dir).config
     if not path.exists():
         return {}
-    old, new = _flat(RunDir(run_dir).read_config()), _flat(to_dict(config))
+    old, new = flat_config(RunDir(run_dir).read_config()), flat_config(to_dict(config))
     differing = [key for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
     refused = [key for key in differing if not key.startswith(RESUMABLE_CHANGES)]
     if refused:
@@ -171,56 +174,61 @@ def _train_locked(config: ml_collections.ConfigDict, run_dir: Path, task: Any, m
 
     writer = make_writer(config.wandb, run_dir, process_index=jax.process_index(),
                          resume_step=start if restored else None, hparams=to_dict(config))
-    evaluator = PeriodicEvaluator(config, task, mesh, steps, run_dir)
-    loop = _Loop(config, task, mesh, steps, checkpointer, writer, evaluator, window)
+    member = MemberRun(config, run_dir, task.vocabulary.size, checkpointer, writer,
+                       PeriodicEvaluator(config, task, mesh, steps, run_dir), window)
+
+    def batch(data_step: int) -> dict[str, jax.Array]:
+        local = data.train_batch(task, config.data, config.seed, data_step,
+                                 jax.process_index(), jax.process_count())
+        return data.global_batch(local, mesh)
+
+    loop = StepLoop([member], steps, batch)
     try:
-        params, opt_state, metrics = loop.run(params, opt_state, start)
+        params, opt_state = loop.run(params, opt_state, start)
     finally:
         checkpointer.close()
         writer.finish()
     return TrainResult(run_dir=run_dir, step=config.train.steps,
                        compilations=steps.compilations, steps_per_second=loop.steps_per_second,
-                       metrics=metrics, checkpoint_dir=checkpointer.directory,
+                       metrics=member.record, checkpoint_dir=checkpointer.directory,
                        wandb_run=getattr(writer, "wandb_run_path", None))
 
 
-class _Loop:
-    """The step loop's state: metric window, timing, progress bar.
+class MemberRun:
+    """One run directory's side of a step loop: writer, checkpointer, evaluator, metric window.
 
     The metric window (sums since the last log) is saved in each checkpoint's meta, so the first
     average logged after a resume covers the same steps as in an uninterrupted run.
     """
 
-    def __init__(self, config, task, mesh, steps, checkpointer, writer, evaluator,
+    def __init__(self, config: ml_collections.ConfigDict, run_dir: Path, vocab_size: int,
+                 checkpointer: Any, writer: Any, evaluator: Any,
                  window: Mapping[str, Any] | None = None):
-        self.config, self.task, self.mesh, self.steps = config, task, mesh, steps
+        self.config, self.run_dir, self.vocab_size = config, run_dir, vocab_size
         self.checkpointer, self.writer, self.evaluator = checkpointer, writer, evaluator
         self.schedule = learning_rate_schedule(config.train)
         window = window or {}
         self.window: dict[str, float] = {k: float(v) for k, v in window.get("sums", {}).items()}
-        self.window_steps, self.steps_per_second = int(window.get("steps", 0)), 0.0
-        self.timed_steps = 0  # steps since the clock was last restarted
-        self.last_checkpoint: int | None = None
+        self.window_steps = int(window.get("steps", 0))
+        saved = checkpointer.steps()
+        self.last_checkpoint: int | None = saved[-1] if saved else None
+        self.diverged: str | None = None  # the message, once this member has diverged
+        self.record: dict[str, float] = {}  # the last record logged
 
-    def batch(self, data_step: int) -> dict[str, jax.Array]:
-        local = data.train_batch(self.task, self.config.data, self.config.seed, data_step,
-                                 jax.process_index(), jax.process_count())
-        return data.global_batch(local, self.mesh)
-
-    def read(self, step: int, metrics: dict[str, jax.Array]) -> None:
-        """Bring step ``step``'s metrics to the host; stop on NaN/Inf."""
-        values = {key: float(to_host(value)) for key, value in metrics.items()}
+    def add(self, step: int, values: Mapping[str, float]) -> bool:
+        """Add a step's metrics to the window; False (and the member stops) on NaN/Inf."""
         if not (math.isfinite(values["loss"]) and math.isfinite(values["grad_norm"])):
             self.writer.log(step, {"train/loss": values["loss"],
                                    "train/grad_norm": values["grad_norm"], "diverged": 1})
-            raise DivergedError(
+            self.diverged = (
                 f"training diverged at step {step}: loss={values['loss']}, gradient norm="
                 f"{values['grad_norm']}; stopped before checkpointing it ({self.kept()}). "
                 + self.advice())
+            return False
         for key, value in values.items():
             self.window[key] = self.window.get(key, 0.0) + value
         self.window_steps += 1
-        self.timed_steps += 1
+        return True
 
     def kept(self) -> str:
         """Where the last checkpoint that passed the finiteness check is."""
@@ -237,14 +245,77 @@ class _Loop:
                 f"{train_cfg.learning_rate}) or --config.train.clip_norm > 0 (now "
                 f"{train_cfg.clip_norm}) on the same --workdir; it {where}.")
 
-    def run(self, params, opt_state, start: int):
-        train_cfg = self.config.train
-        total = train_cfg.steps
-        last_checkpoint = self.checkpointer.steps()
-        self.last_checkpoint = last_checkpoint[-1] if last_checkpoint else None
+    def train_record(self, step: int, steps_per_second: float,
+                     compilations: int) -> dict[str, float]:
+        """The window's averages (then emptied), learning rate, speed and compile count."""
+        record = {f"train/{key}": value / self.window_steps for key, value in self.window.items()}
+        record["train/learning_rate"] = float(self.schedule(step - 1))
+        record["train/steps_per_second"] = steps_per_second
+        record["train/compilations"] = compilations
+        self.window, self.window_steps = {}, 0
+        return record
+
+    def save(self, step: int, params: Any, opt_state: Any, finite: bool,
+             eval_metrics: Mapping[str, float], compilations: int) -> bool:
+        """Checkpoint ``step`` if the state is ``finite``; else the member stops (False)."""
+        if not finite:
+            self.writer.log(step, {"diverged": 1})
+            self.diverged = (
+                f"training diverged at step {step}: the parameters or optimizer state are not "
+                f"finite; stopped before checkpointing it ({self.kept()}). " + self.advice())
+            return False
+        meta = {"step": step, "data_step": step, "seed": self.config.seed,
+                "vocab_size": self.vocab_size, "compilations": compilations,
+                "train_window": {"sums": dict(self.window), "steps": self.window_steps}}
+        self.checkpointer.save(step, params=params, opt_state=opt_state, meta=meta,
+                               config=to_dict(self.config), metrics=eval_metrics or None)
+        self.last_checkpoint = step
+        return True
+
+
+class StepLoop:
+    """The step loop over one run, or over an ensemble's members (``stacked``).
+
+    ``batch(data_step)`` gives the global batch (member-stacked for an ensemble);
+    ``member_state(tree, k)`` takes member k's part of stacked state. A single run stops with
+    ``DivergedError`` on NaN/Inf; an ensemble stops only the member that diverged, and raises
+    once every member has.
+    """
+
+    def __init__(self, members: list[MemberRun], steps: Any, batch: Any, *,
+                 member_state: Any = None, stacked_finite: Any = None):
+        self.members, self.steps, self.batch = members, steps, batch
+        self.stacked = member_state is not None
+        self.member_state = member_state or (lambda tree, k: tree)
+        self.stacked_finite = stacked_finite
+        self.steps_per_second = 0.0
+        self.timed_steps = 0  # steps since the clock was last restarted
+        self.train_cfg = members[0].config.train
+
+    def live(self) -> list[tuple[int, MemberRun]]:
+        return [(k, m) for k, m in enumerate(self.members) if m.diverged is None]
+
+    def stop(self, member: MemberRun) -> None:
+        """A member diverged: a single run raises; an ensemble goes on without it."""
+        if not self.stacked:
+            raise DivergedError(member.diverged)
+        tqdm.write(f"{member.run_dir}: {member.diverged}", file=sys.stderr)
+        if not self.live():
+            raise DivergedError(f"every member of the ensemble diverged; {member.diverged}")
+
+    def read(self, step: int, metrics: dict[str, jax.Array]) -> None:
+        """Bring step ``step``'s metrics to the host; stop members on NaN/Inf."""
+        values = {key: np.asarray(to_host(value), np.float64).reshape(-1)
+                  for key, value in metrics.items()}
+        for k, member in self.live():
+            if not member.add(step, {key: float(v[k]) for key, v in values.items()}):
+                self.stop(member)
+        self.timed_steps += 1
+
+    def run(self, params: Any, opt_state: Any, start: int) -> tuple[Any, Any]:
+        total = self.train_cfg.steps
         progress = tqdm(total=total, initial=start, desc="train", unit="step", smoothing=0.1,
                         disable=jax.process_index() != 0, dynamic_ncols=True)
-        record: dict[str, float] = {}
         window_start, pending = time.perf_counter(), None
         for step in range(start + 1, total + 1):
             # `step` counts updates; its batch is the data stream's entry `step - 1`.
@@ -254,51 +325,47 @@ class _Loop:
                 self.read(*pending)
                 progress.update(1)
             pending = (step, metrics)
-            log_due = step % train_cfg.log_every == 0 or step == total
-            eval_due = train_cfg.eval_every and (step % train_cfg.eval_every == 0
-                                                 or step == total)
-            save_due = step % train_cfg.checkpoint_every == 0 or step == total
+            log_due = step % self.train_cfg.log_every == 0 or step == total
+            eval_due = self.train_cfg.eval_every and (step % self.train_cfg.eval_every == 0
+                                                      or step == total)
+            save_due = step % self.train_cfg.checkpoint_every == 0 or step == total
             if not (log_due or eval_due or save_due):
                 continue
             self.read(*pending)
             progress.update(1)
             pending = None
-            record = {}
             if log_due:
                 elapsed = time.perf_counter() - window_start
                 self.steps_per_second = self.timed_steps / max(elapsed, 1e-9)
-                record = self.train_record(step)
-                progress.set_postfix(loss=f"{record['train/loss']:.4f}",
-                                     acc=f"{record['train/token_accuracy']:.3f}")
-            eval_metrics = self.evaluator(params) if eval_due else {}
-            record.update(eval_metrics)
-            self.writer.log(step, record)
-            if save_due:
-                self.save(step, params, opt_state, eval_metrics)
+            self.log_eval_save(step, params, opt_state, log_due, eval_due, save_due, progress)
             # Evaluation and saving are not training speed.
             window_start, self.timed_steps = time.perf_counter(), 0
         progress.close()
-        return params, opt_state, record
+        return params, opt_state
 
-    def train_record(self, step: int) -> dict[str, float]:
-        record = {f"train/{key}": value / self.window_steps for key, value in self.window.items()}
-        record["train/learning_rate"] = float(self.schedule(step - 1))
-        record["train/steps_per_second"] = self.steps_per_second
-        record["train/compilations"] = self.steps.compilations
-        self.window, self.window_steps = {}, 0
-        return record
-
-    def save(self, step: int, params, opt_state, eval_metrics: dict[str, float]) -> None:
-        """Checkpoint ``step`` if its parameters and optimizer state are finite; else stop."""
-        if not bool(to_host(all_finite((params, opt_state)))):
-            self.writer.log(step, {"diverged": 1})
-            raise DivergedError(
-                f"training diverged at step {step}: the parameters or optimizer state are not "
-                f"finite; stopped before checkpointing it ({self.kept()}). " + self.advice())
-        meta = {"step": step, "data_step": step, "seed": self.config.seed,
-                "vocab_size": self.task.vocabulary.size,
-                "compilations": self.steps.compilations,
-                "train_window": {"sums": dict(self.window), "steps": self.window_steps}}
-        self.checkpointer.save(step, params=params, opt_state=opt_state, meta=meta,
-                               config=to_dict(self.config), metrics=eval_metrics or None)
-        self.last_checkpoint = step
+    def log_eval_save(self, step: int, params: Any, opt_state: Any, log_due: bool,
+                      eval_due: bool, save_due: bool, progress: tqdm) -> None:
+        finite = None
+        if save_due:
+            finite = (to_host(self.stacked_finite((params, opt_state))).reshape(-1)
+                      if self.stacked else [bool(to_host(all_finite((params, opt_state))))])
+        for k, member in self.live():
+            record: dict[str, float] = {}
+            if log_due:
+                record = member.train_record(step, self.steps_per_second,
+                                             self.steps.compilations)
+            member_params = self.member_state(params, k) if eval_due or save_due else None
+            eval_metrics = member.evaluator(member_params) if eval_due else {}
+            record.update(eval_metrics)
+            member.writer.log(step, record)
+            member.record = record
+            if save_due and not member.save(step, member_params,
+                                            self.member_state(opt_state, k), bool(finite[k]),
+                                            eval_metrics, self.steps.compilations):
+                self.stop(member)
+        if log_due and self.live():
+            records = [m.record for _, m in self.live() if "train/loss" in m.record]
+            if records:
+                progress.set_postfix(
+                    loss=f"{np.mean([r['train/loss'] for r in records]):.4f}",
+                    acc=f"{np.mean([r['train/token_accuracy'] for r in records]):.3f}")

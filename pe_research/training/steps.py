@@ -8,7 +8,7 @@ positions are folded from ``(seed, step)``, so a resumed run draws exactly what 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -26,7 +26,7 @@ from pe_research.evaluation.metrics import (
     training_metrics,
 )
 from pe_research.evaluation.metrics import summarize as summarize_sums
-from pe_research.mesh import replicated
+from pe_research.mesh import member_sharded, replicated
 from pe_research.model import Seq2SeqTransformer, build_model
 from pe_research.positional.randomize import make_positions
 from pe_research.training.optimizer import make_optimizer
@@ -56,54 +56,113 @@ def forward(model: Seq2SeqTransformer, batch: Batch, key: jax.Array, training: b
 
 @dataclasses.dataclass
 class Steps:
-    """Compiled step functions and how many times the train step has been traced."""
+    """Compiled step functions and how many times the train step has been traced.
+
+    ``train(params, opt_state, batch, step)`` and ``evaluate(params, batch)``; for an ensemble
+    (``make_ensemble_steps``) ``train`` takes member-stacked state and batches, and
+    ``evaluate`` scores one member's parameters (``member_evaluate`` picks its keys).
+    """
 
     train: Any
     evaluate: Any
     graphdef: Any
     rest: Any
     traces: dict[str, int]
+    evaluate_with_key: Any = None
 
     @property
     def compilations(self) -> int:
         return self.traces["train"]
 
+    def member_evaluate(self, seed: int) -> Steps:
+        """These steps with ``evaluate`` drawing its keys from ``seed`` (one compile for all)."""
+        base_key = jax.random.key(seed)
+        return dataclasses.replace(
+            self, evaluate=lambda params, batch: self.evaluate_with_key(params, batch, base_key))
 
-def make_steps(model: Seq2SeqTransformer, optimizer: optax.GradientTransformation, seed: int,
-               mesh: Mesh) -> tuple[Steps, nnx.State]:
-    """Jitted steps for ``model`` on ``mesh`` and its initial parameters."""
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    traces = {"train": 0, "evaluate": 0}
-    base_key = jax.random.key(seed)
+
+def step_functions(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
+                   traces: dict[str, int]) -> tuple[Any, Any]:
+    """The pure (unjitted) train and eval steps of one model.
+
+    ``train_step(params, opt_state, batch, step, base_key, learning_rate=None)``: with a
+    ``learning_rate`` (a traced scalar) the schedule peaks there instead of at
+    ``train.learning_rate``; the optimizer state's structure does not depend on it.
+    ``eval_step(params, batch, base_key)`` returns summable metric sums.
+    """
 
     def loss_fn(params, batch, key):
         logits = forward(nnx.merge(graphdef, params, rest), batch, key, training=True)
         loss = token_cross_entropy(logits, batch["target_output"], batch["target_mask"])
         return loss, logits
 
-    def train_step(params, opt_state, batch, step):
+    def train_step(params, opt_state, batch, step, base_key, learning_rate=None):
         traces["train"] += 1  # runs once per trace, i.e. once per compiled batch shape
+        settings = dict(train_cfg) if learning_rate is None else \
+            {**dict(train_cfg), "learning_rate": learning_rate}
         key = jax.random.fold_in(base_key, step)
         (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, key)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
+        updates, opt_state = make_optimizer(settings).update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         metrics = {**batch_values(_outputs(logits, batch), training_metrics()), "loss": loss,
                    "grad_norm": optax.global_norm(grads)}
         return params, opt_state, metrics
 
-    def eval_step(params, batch):
+    def eval_step(params, batch, base_key):
         traces["evaluate"] += 1
         key = jax.random.fold_in(base_key, EVAL_KEY_TAG)
         logits = forward(nnx.merge(graphdef, params, rest), batch, key, training=False)
         return eval_sums(logits, batch)
 
+    return train_step, eval_step
+
+
+def make_steps(model: Seq2SeqTransformer, train_cfg: Mapping[str, Any], seed: int,
+               mesh: Mesh) -> tuple[Steps, nnx.State]:
+    """Jitted steps for ``model`` on ``mesh`` and its initial parameters."""
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    traces = {"train": 0, "evaluate": 0}
+    train_step, eval_step = step_functions(graphdef, rest, train_cfg, traces)
+    base_key = jax.random.key(seed)
     same = replicated(mesh)
+    evaluate_with_key = jax.jit(eval_step, out_shardings=same)
     steps = Steps(
-        train=jax.jit(train_step, donate_argnames=("params", "opt_state"),
-                      out_shardings=(same, same, same)),
-        evaluate=jax.jit(eval_step, out_shardings=same),
-        graphdef=graphdef, rest=rest, traces=traces)
+        train=jax.jit(lambda params, opt_state, batch, step:
+                      train_step(params, opt_state, batch, step, base_key),
+                      donate_argnums=(0, 1), out_shardings=(same, same, same)),
+        evaluate=lambda params, batch: evaluate_with_key(params, batch, base_key),
+        graphdef=graphdef, rest=rest, traces=traces, evaluate_with_key=evaluate_with_key)
     return steps, params
+
+
+def member_keys(seeds: Sequence[int]) -> jax.Array:
+    """``[M]`` typed keys, member k's equal to ``jax.random.key(seeds[k])``."""
+    return jax.random.wrap_key_data(
+        jnp.stack([jax.random.key_data(jax.random.key(int(seed))) for seed in seeds]))
+
+
+def make_ensemble_steps(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
+                        seeds: Sequence[int], learning_rates: Sequence[float] | None,
+                        mesh: Mesh) -> Steps:
+    """Steps whose ``train`` updates M members at once: ``jax.vmap`` of the single step.
+
+    Parameters, optimizer state and batches carry a leading member axis (sharded over the
+    mesh's ``members`` axis); member k draws its keys from ``seeds[k]`` and, with
+    ``learning_rates``, peaks at ``learning_rates[k]``. Metrics come back as ``[M]`` arrays.
+    """
+    traces = {"train": 0, "evaluate": 0}
+    train_step, eval_step = step_functions(graphdef, rest, train_cfg, traces)
+    keys = member_keys(seeds)
+    rates = None if learning_rates is None else jnp.asarray(learning_rates, jnp.float32)
+    stacked_step = jax.vmap(train_step, in_axes=(0, 0, 0, None, 0, None if rates is None else 0))
+    stacked, same = member_sharded(mesh), replicated(mesh)
+    evaluate_with_key = jax.jit(eval_step)
+    return Steps(
+        train=jax.jit(lambda params, opt_state, batch, step:
+                      stacked_step(params, opt_state, batch, step, keys, rates),
+                      donate_argnums=(0, 1), out_shardings=(stacked, stacked, same)),
+        evaluate=None, graphdef=graphdef, rest=rest, traces=traces,
+        evaluate_with_key=evaluate_with_key)
 
 
 def _outputs(logits_BxTxV: jax.Array, batch: Batch) -> Outputs:
@@ -124,8 +183,7 @@ def summarize(sums: Mapping[str, float]) -> dict[str, float]:
 def initial_train_state(config: ml_collections.ConfigDict, vocab_size: int, mesh: Mesh,
                         ) -> tuple[Steps, nnx.State, optax.OptState]:
     """Jitted steps plus fresh parameters and optimizer state, replicated over ``mesh``."""
-    optimizer = make_optimizer(config.train)
-    steps, params = make_steps(build_model(config, vocab_size), optimizer, config.seed, mesh)
+    steps, params = make_steps(build_model(config, vocab_size), config.train, config.seed, mesh)
     params = jax.device_put(params, replicated(mesh))
-    opt_state = jax.device_put(optimizer.init(params), replicated(mesh))
+    opt_state = jax.device_put(make_optimizer(config.train).init(params), replicated(mesh))
     return steps, params, opt_state

@@ -1,0 +1,134 @@
+"""Ensemble speed: M members in one program (vmapped train step) vs the same members one by one.
+
+    python benchmarks/ensemble_speed.py                         # configs/default.py, 1/4/8/16
+    python benchmarks/ensemble_speed.py --members 1,8,32 --steps 50
+    python benchmarks/ensemble_speed.py --config.model.d_model=32   # any config override
+
+For each member count M: the train step of ``training/ensemble.py`` over M stacked members,
+timed over ``--steps`` steps after warm-up (``block_until_ready``), against M runs of the single
+train step one after another (M x the single step's time, measured the same way). Every member
+draws its own batch (default length sampling), padded to the widest member's bucket, exactly as
+``pe-research sweep`` trains them; data generation is excluded (both paths need it). Printed per
+M: wall seconds for the steps, examples/s per member, the ratio to one-by-one training,
+compile time; on a GPU also FLOPs per step (XLA's cost analysis), MFU against the device's
+dense bf16 peak, and peak device memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import jax
+
+from pe_research import data
+from pe_research.config import collect_overrides, load_config
+from pe_research.mesh import data_mesh, ensemble_mesh, member_batch_sharded, member_sharded
+from pe_research.model import build_model
+from pe_research.tasks import get_task
+from pe_research.training.ensemble import stack
+from pe_research.training.optimizer import make_optimizer
+from pe_research.training.steps import make_ensemble_steps, make_steps
+
+REPO = Path(__file__).resolve().parents[1]
+# Dense bf16 peak FLOP/s of known accelerators (for MFU); CPUs report FLOP/s only.
+PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
+
+
+def peak_flops(device: jax.Device) -> float | None:
+    kind = getattr(device, "device_kind", "")
+    return next((peak for name, peak in PEAK_FLOPS.items() if name in kind), None)
+
+
+def timed(step, params, opt_state, batches, steps: int) -> tuple[float, float]:
+    """(compile + first step seconds, median seconds per step over blocks of the rest)."""
+    start = time.perf_counter()
+    params, opt_state, metrics = step(params, opt_state, batches[0], 0)
+    jax.block_until_ready(metrics)
+    compile_s = time.perf_counter() - start
+    for i in range(1, 3):  # warm-up
+        params, opt_state, metrics = step(params, opt_state, batches[i % len(batches)], i)
+    jax.block_until_ready(metrics)
+    blocks = []
+    for block in range(3):
+        start = time.perf_counter()
+        for i in range(steps):
+            params, opt_state, metrics = step(params, opt_state,
+                                              batches[(block * steps + i) % len(batches)], i)
+        jax.block_until_ready(metrics)
+        blocks.append((time.perf_counter() - start) / steps)
+    return compile_s, statistics.median(blocks)
+
+
+def memory_gb(device: jax.Device) -> float | None:
+    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    return stats["peak_bytes_in_use"] / 2**30 if stats and "peak_bytes_in_use" in stats else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=str(REPO / "configs" / "default.py"))
+    parser.add_argument("--members", default="1,4,8,16", help="member counts, comma-separated")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per block")
+    overrides, rest = collect_overrides(sys.argv[1:])
+    args = parser.parse_args(rest)
+    config = load_config(args.config, overrides)
+    task = get_task(config.task.to_dict(), config.data.to_dict())
+    vocab = task.vocabulary.size
+    device = jax.devices()[0]
+    print(f"device: {device.device_kind} x{jax.device_count()} ({jax.default_backend()}); "
+          f"config {args.config}, batch {config.data.batch_size}, d_model "
+          f"{config.model.d_model}, {args.steps} timed steps x 3 blocks")
+
+    single_mesh = data_mesh()
+    single, params = make_steps(build_model(config, vocab), config.train, config.seed,
+                                single_mesh)
+    opt_state = make_optimizer(config.train).init(params)
+    batches = [data.global_batch(data.train_batch(task, config.data, config.seed, i),
+                                 single_mesh) for i in range(8)]
+    single_compile, single_step = timed(single.train, params, opt_state, batches, args.steps)
+    batch = config.data.batch_size
+    print(f"single run: {single_step * 1e3:.1f} ms/step, {batch / single_step:,.0f} examples/s,"
+          f" compile {single_compile:.1f}s")
+    print("| members | ms/step (one program) | one by one (ms) | ratio | examples/s per member "
+          "| compile (s) | GFLOP/step | MFU | peak mem (GB) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    peak = peak_flops(device)
+    for members in [int(m) for m in args.members.split(",")]:
+        seeds = list(range(members))
+        mesh = ensemble_mesh(members)
+        configs = []
+        for seed in seeds:
+            member = load_config(args.config, overrides)
+            member.seed = seed
+            configs.append(member)
+        member_params = [make_steps(build_model(c, vocab), c.train, c.seed, mesh)[1]
+                         for c in configs]
+        stacked_params = stack(member_params)
+        stacked_opt = stack([make_optimizer(config.train).init(p) for p in member_params])
+        stacked_params = jax.device_put(stacked_params, member_sharded(mesh))
+        stacked_opt = jax.device_put(stacked_opt, member_sharded(mesh))
+        steps = make_ensemble_steps(single.graphdef, single.rest, config.train, seeds, None,
+                                    mesh)
+        member_batches = [jax.device_put(data.stack_batches(
+            [data.train_batch(task, c.data, c.seed, i) for c in configs]),
+            member_batch_sharded(mesh)) for i in range(8)]
+        compile_s, step_s = timed(steps.train, stacked_params, stacked_opt, member_batches,
+                                  args.steps)
+        flops = steps.train.lower(stacked_params, stacked_opt, member_batches[0], 0) \
+            .compile().cost_analysis()
+        flops = (flops[0] if isinstance(flops, list) else flops or {}).get("flops", float("nan"))
+        mfu = f"{100 * flops / step_s / peak:.1f}%" if peak else "-"
+        memory = memory_gb(device)
+        sequential = members * single_step
+        print(f"| {members} | {step_s * 1e3:.1f} | {sequential * 1e3:.1f} | "
+              f"{sequential / step_s:.2f}x | {batch / step_s:,.0f} | {compile_s:.1f} | "
+              f"{flops / 1e9:.2f} | {mfu} | {'-' if memory is None else f'{memory:.2f}'} |",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()

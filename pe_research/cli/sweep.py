@@ -1,0 +1,185 @@
+"""``pe-research sweep``: run a grid of configs, follow it, and compare what it trained.
+
+    pe-research sweep configs/sweeps/copy_schemes_cpu.py --workdir runs/sweep_demo
+    pe-research sweep FILE --workdir DIR --jobs 2                  # two grid points at a time
+    pe-research sweep FILE --workdir DIR --executor slurm --partition gpu --gpus-per-job 1 \\
+        --time-min 120 --sbatch account=my_lab                     # one SLURM array task per point
+    pe-research sweep status DIR                                    # every run's state
+    pe-research sweep report DIR                                    # evaluate and compare
+
+Running the same command again skips finished runs and resumes interrupted ones. Every grid
+point is validated before anything starts; ``--config.KEY=VALUE`` changes every point's base.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from tqdm import tqdm
+
+from pe_research.errors import ConfigError
+from pe_research.runs.lock import RunDirLock
+from pe_research.sweeps.executors import (
+    EXECUTORS,
+    check_executor,
+    job_states,
+    run_local,
+    run_submitit,
+)
+from pe_research.sweeps.report import report
+from pe_research.sweeps.spec import load_sweep
+from pe_research.sweeps.state import (
+    SweepDir,
+    counts,
+    points_to_run,
+    refresh,
+    status_table,
+    write_plan,
+)
+
+ACTIONS = ("status", "report")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", nargs="+", metavar="FILE | status DIR | report DIR",
+                        help="a sweep file (configs/sweeps/*.py) to run, or 'status DIR' / "
+                             "'report DIR' for a sweep directory")
+    parser.add_argument("--workdir", default=None, metavar="SWEEP_DIR",
+                        help="where the sweep's runs go (needed to run a sweep file)")
+    parser.add_argument("--executor", default="local", choices=EXECUTORS,
+                        help="local processes (default), SLURM through submitit, or "
+                             "submitit's local executor (the SLURM path on this machine)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="grid points running at once (SLURM: array parallelism)")
+    parser.add_argument("--partition", default=None, help="SLURM partition")
+    parser.add_argument("--gpus-per-job", type=int, default=None, help="GPUs per SLURM job")
+    parser.add_argument("--cpus-per-job", type=int, default=None, help="CPUs per SLURM job")
+    parser.add_argument("--mem-gb", type=float, default=None, help="memory per SLURM job")
+    parser.add_argument("--time-min", type=int, default=None, help="SLURM time limit, minutes")
+    parser.add_argument("--sbatch", action="append", default=[], metavar="KEY=VALUE",
+                        help="an extra sbatch flag, e.g. --sbatch account=lab (repeatable)")
+    parser.add_argument("--wait", action="store_true",
+                        help="SLURM: follow the jobs until they end, then report")
+    parser.add_argument("--no-report", action="store_true",
+                        help="do not evaluate and compare when every run is done")
+    parser.add_argument("--reevaluate", action="store_true",
+                        help="report: evaluate runs again even if their results are current")
+
+
+def slurm_settings(args: argparse.Namespace, defaults: dict) -> dict:
+    """The sweep file's SLURM settings with the command line's on top."""
+    settings = dict(defaults)
+    for key in ("partition", "gpus_per_job", "cpus_per_job", "mem_gb", "time_min"):
+        if getattr(args, key) is not None:
+            settings[key] = getattr(args, key)
+    extra = dict(settings.get("sbatch") or {})
+    for flag in args.sbatch:
+        key, sep, value = flag.partition("=")
+        if not sep or not key:
+            raise ConfigError("--sbatch", flag, "KEY=VALUE, e.g. --sbatch account=my_lab")
+        extra[key] = value
+    settings["sbatch"] = extra
+    return settings
+
+
+class Progress:
+    """A live line: training steps done over all runs (so an ETA), and run counts by state."""
+
+    def __init__(self, sweep_dir: SweepDir):
+        self.sweep_dir = sweep_dir
+        self.bar = tqdm(desc="sweep", unit="step", dynamic_ncols=True, smoothing=0.0)
+        self.base: int | None = None
+
+    def tick(self) -> None:
+        manifest = refresh(self.sweep_dir)
+        runs = manifest["runs"].values()
+        done = sum(run["progress"] for run in runs)
+        if self.base is None:  # steps trained before this launch do not count towards speed
+            self.base = done
+            self.bar.reset(total=sum(run["steps"] for run in runs) - done)
+        self.bar.n = done - self.base
+        state = counts(manifest)
+        self.bar.set_postfix_str(
+            f"runs: {state['done']} done, {state['running']} running, {state['failed']} "
+            f"failed, {state['pending'] + state['interrupted']} waiting")
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def run_sweep(args: argparse.Namespace, file: str) -> int:
+    if not args.workdir:
+        raise ConfigError("--workdir", None, "give the sweep directory: "
+                          f"pe-research sweep {file} --workdir runs/NAME")
+    if args.jobs < 1:
+        raise ConfigError("--jobs", args.jobs, "a positive number of grid points at once")
+    check_executor(args.executor)
+    plan = load_sweep(file, args.config_overrides)
+    settings = slurm_settings(args, plan.slurm)
+    sweep_dir = SweepDir(args.workdir)
+    if sweep_dir.root.exists() and not sweep_dir.root.is_dir():
+        raise ConfigError("--workdir", args.workdir, "is a file, not a directory")
+    command = shlex.join(["pe-research", "sweep", *sys.argv[2:]]) if sys.argv[1:2] == \
+        ["sweep"] else f"pe-research sweep {file} --workdir {args.workdir}"
+    with RunDirLock(sweep_dir.root, "run"):  # one driver per sweep directory
+        return _run_locked(args, plan, settings, sweep_dir, command)
+
+
+def _run_locked(args: argparse.Namespace, plan, settings: dict, sweep_dir: SweepDir,
+                command: str) -> int:
+    write_plan(sweep_dir, plan, command, args.executor)
+    indices = points_to_run(sweep_dir, [p.index for p in plan.points])
+    names = {p.index: p.name for p in plan.points}
+    members = len(plan.points[0].members)
+    print(f"sweep {sweep_dir.root}: {len(plan.points)} grid points x {members} members "
+          f"= {plan.runs} runs; {len(indices)} grid points to run ({args.executor}, "
+          f"{args.jobs} at a time)", flush=True)
+    if indices:
+        progress = Progress(sweep_dir)
+        try:
+            if args.executor == "local":
+                run_local(sweep_dir, indices, names, args.jobs, progress.tick)
+            else:
+                run_submitit(sweep_dir, indices, settings, args.executor, args.jobs,
+                             args.wait, progress.tick)
+        finally:
+            progress.close()
+    manifest = refresh(sweep_dir)
+    state = counts(manifest)
+    if args.executor == "slurm" and not args.wait and state["done"] < plan.runs:
+        print(f"submitted {len(indices)} jobs; follow them with `pe-research sweep status "
+              f"{args.workdir}`, then `pe-research sweep report {args.workdir}`")
+        return 0
+    print(status_table(manifest, unfinished_only=True))
+    if state["done"] and not args.no_report:
+        show_report(sweep_dir, args.reevaluate)
+    return 0 if state["done"] == plan.runs else 1
+
+
+def show_report(sweep_dir: SweepDir, reevaluate: bool) -> None:
+    paths = report(sweep_dir, reevaluate=reevaluate)
+    print(paths["summary"].read_text())
+    print(f"report: {paths['summary']}")
+
+
+def run(args: argparse.Namespace) -> int:
+    action, *rest = args.target
+    if action not in ACTIONS:
+        if rest:
+            raise ConfigError("FILE", " ".join(args.target), "give one sweep file, or "
+                              "'status DIR' / 'report DIR'")
+        return run_sweep(args, action)
+    if len(rest) != 1:
+        raise ConfigError(action, " ".join(rest) or None,
+                          f"give one sweep directory: pe-research sweep {action} DIR")
+    sweep_dir = SweepDir(rest[0])
+    manifest = refresh(sweep_dir)
+    if action == "report":
+        show_report(sweep_dir, args.reevaluate)
+        return 0
+    print(status_table(manifest))
+    for index, job_state in job_states(sweep_dir, manifest).items():
+        print(f"job {manifest['jobs'][index]} (grid point {index}): {job_state}")
+    return 0

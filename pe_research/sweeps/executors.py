@@ -1,0 +1,131 @@
+"""Where a sweep's grid points run: local processes, or SLURM jobs through submitit.
+
+``local``: each grid point in its own process (``python -m pe_research.sweeps.worker``), ``jobs``
+at a time, output in ``logs/<point>.log``. ``slurm``: one job-array task per grid point,
+submitted by submitit with the partition, GPUs, CPUs, memory, time limit and extra sbatch flags
+given. ``submitit-local``: the same submitit path run by submitit's local executor on this
+machine (to try a sweep before sending it to a cluster).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pe_research.errors import ConfigError
+from pe_research.sweeps.state import SweepDir, record_jobs
+from pe_research.sweeps.worker import run_point
+
+EXECUTORS = ("local", "slurm", "submitit-local")
+POLL_S = 1.0
+# Worker output goes to a log file: keep progress bars to a line every few seconds.
+WORKER_ENV = {"TQDM_MININTERVAL": "5", "WANDB_SILENT": "true"}
+
+
+def check_executor(executor: str) -> None:
+    """ConfigError for an unknown executor, or SLURM without ``sbatch``; before anything runs."""
+    if executor not in EXECUTORS:
+        raise ConfigError("--executor", executor, f"choose one of {EXECUTORS}")
+    if executor == "slurm" and shutil.which("sbatch") is None:
+        raise ConfigError("--executor", executor, "sbatch is not on PATH: run this on a SLURM "
+                          "login node, or use --executor local")
+
+
+def run_local(sweep_dir: SweepDir, indices: Sequence[int], names: Mapping[int, str], jobs: int,
+              tick: Callable[[], None]) -> None:
+    """Run grid points in worker processes, ``jobs`` at a time; ``tick`` after every poll."""
+    env = {**os.environ, **WORKER_ENV}
+    queue, running = list(indices), {}
+    try:
+        while queue or running:
+            while queue and len(running) < jobs:
+                index = queue.pop(0)
+                log = sweep_dir.log(names[index])
+                log.parent.mkdir(parents=True, exist_ok=True)
+                with log.open("a") as handle:
+                    running[index] = subprocess.Popen(
+                        [sys.executable, "-m", "pe_research.sweeps.worker", str(sweep_dir.root),
+                         str(index)], stdout=handle, stderr=subprocess.STDOUT, env=env)
+            time.sleep(POLL_S)
+            for index in [i for i, process in running.items() if process.poll() is not None]:
+                del running[index]
+            tick()
+    finally:
+        for process in running.values():  # interrupted: the runs resume on the next launch
+            process.terminate()
+        for process in running.values():
+            process.wait()
+
+
+def slurm_parameters(settings: Mapping[str, Any], cluster: str, jobs: int,
+                     name: str) -> dict[str, Any]:
+    """submitit ``update_parameters`` arguments from the sweep's ``slurm`` settings."""
+    parameters: dict[str, Any] = {"timeout_min": int(settings.get("time_min", 60)),
+                                  "name": name}
+    if settings.get("gpus_per_job") is not None:
+        parameters["gpus_per_node"] = int(settings["gpus_per_job"])
+    if settings.get("cpus_per_job") is not None:
+        parameters["cpus_per_task"] = int(settings["cpus_per_job"])
+    if settings.get("mem_gb") is not None:
+        parameters["mem_gb"] = float(settings["mem_gb"])
+    if cluster == "slurm":
+        if settings.get("partition"):
+            parameters["slurm_partition"] = str(settings["partition"])
+        parameters["slurm_array_parallelism"] = int(jobs)
+        extra = dict(settings.get("sbatch") or {})
+        if extra:
+            parameters["slurm_additional_parameters"] = extra
+    return parameters
+
+
+def submit(sweep_dir: SweepDir, indices: Sequence[int], settings: Mapping[str, Any],
+           executor: str, jobs: int) -> list[Any]:
+    """Submit one job per grid point through submitit; returns the submitit jobs."""
+    import submitit
+
+    cluster = "slurm" if executor == "slurm" else "local"
+    submitter = submitit.AutoExecutor(folder=str(sweep_dir.submitit), cluster=cluster)
+    submitter.update_parameters(**slurm_parameters(settings, cluster, jobs,
+                                                   f"sweep_{sweep_dir.root.name}"))
+    submitted = submitter.map_array(run_point, [str(sweep_dir.root)] * len(indices),
+                                    list(indices))
+    record_jobs(sweep_dir, {index: job.job_id for index, job in
+                            zip(indices, submitted, strict=True)})
+    return submitted
+
+
+def run_submitit(sweep_dir: SweepDir, indices: Sequence[int], settings: Mapping[str, Any],
+                 executor: str, jobs: int, wait: bool, tick: Callable[[], None]) -> list[Any]:
+    """Submit the grid points; with ``wait``, follow them until every job has ended.
+
+    submitit's local executor starts every job of an array at once, so there the points go in
+    waves of ``jobs``.
+    """
+    waves = [list(indices)] if executor == "slurm" else \
+        [list(indices[i:i + jobs]) for i in range(0, len(indices), jobs)]
+    submitted: list[Any] = []
+    for wave in waves:
+        batch = submit(sweep_dir, wave, settings, executor, jobs)
+        submitted += batch
+        while wait or executor != "slurm":
+            tick()
+            if all(job.done() for job in batch):
+                break
+            time.sleep(POLL_S)
+    tick()
+    return submitted
+
+
+def job_states(sweep_dir: SweepDir, manifest: Mapping[str, Any]) -> dict[str, str]:
+    """The scheduler's word on each grid point's job (SLURM only; empty elsewhere)."""
+    if manifest.get("executor") != "slurm" or shutil.which("sacct") is None:
+        return {}
+    import submitit
+
+    return {index: submitit.SlurmJob(folder=str(sweep_dir.submitit), job_id=job).state
+            for index, job in manifest.get("jobs", {}).items()}

@@ -1,0 +1,100 @@
+"""The end of a sweep: evaluate every finished member over ``eval.lengths``, then compare.
+
+Each grid point's members are evaluated together (``evaluate_members``: one program, vmapped
+over members) and each gets ``RUN_DIR/eval/eval.{json,csv,png}`` as ``pe-research eval``
+writes them. Runs are then compared per task and training range, grouped by the swept keys
+(mean ± std and max over seeds): ``SWEEP_DIR/report/<task>/comparison.{md,csv,png}``, and every
+table in ``SWEEP_DIR/report/summary.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pe_research.atomic_files import atomic_write_text
+from pe_research.config.naming import value_name
+from pe_research.evaluation.compare import compare_runs, config_value
+from pe_research.evaluation.range_eval import evaluate_members
+from pe_research.evaluation.results import write_results
+from pe_research.runs.restore import load_run
+from pe_research.runs.run_dir import RunDir
+from pe_research.sweeps.state import SweepDir, refresh
+
+
+def needs_eval(run_dir: Path) -> bool:
+    """True without ``eval/eval.json``, or when a checkpoint is newer than it."""
+    results = RunDir(run_dir).eval_results()
+    if not results.is_file():
+        return True
+    newest = max((p.stat().st_mtime for p in RunDir(run_dir).checkpoints.iterdir()
+                  if p.name.isdigit()), default=0.0)
+    return results.stat().st_mtime < newest
+
+
+def evaluate_point(run_dirs: Sequence[Path]) -> None:
+    """Evaluate a grid point's finished members together and write each one's results."""
+    runs = [load_run(run_dir) for run_dir in run_dirs]
+    for run, result in zip(runs, evaluate_members(runs), strict=True):
+        write_results(run, result)
+
+
+def comparison_groups(manifest: Mapping[str, Any], root: Path) -> dict[str, list[Path]]:
+    """Finished runs partitioned by task and training range (only those compare)."""
+    groups: dict[str, list[Path]] = {}
+    kinds: dict[str, str] = {}
+    for relative, run in manifest["runs"].items():
+        if run["state"] != "done":
+            continue
+        run_dir = root / relative
+        config = RunDir(run_dir).read_config()
+        kind = json.dumps([config["task"], config["data"]["train_lengths"]], sort_keys=True)
+        if kind not in kinds:
+            low, high = config["data"]["train_lengths"]
+            name = f"{value_name(config['task']['name'])}_{low}-{high}"
+            kinds[kind] = name if name not in kinds.values() else f"{name}_{len(kinds)}"
+        groups.setdefault(kinds[kind], []).append(run_dir)
+    return groups
+
+
+def varying_keys(run_dirs: Sequence[Path], keys: Sequence[str]) -> list[str]:
+    """The keys of ``keys`` whose value differs between the runs."""
+    configs = [RunDir(run_dir).read_config() for run_dir in run_dirs]
+    return [key for key in keys
+            if len({json.dumps(config_value(config, key)) for config in configs}) > 1]
+
+
+def report(sweep_dir: SweepDir, *, reevaluate: bool = False) -> dict[str, Path]:
+    """Evaluate what is unevaluated, write the comparisons; ``{task: comparison.md}`` and the
+    summary under ``'summary'``."""
+    manifest = refresh(sweep_dir)
+    for point in manifest["grid"]:
+        done = [sweep_dir.root / relative for relative, run in manifest["runs"].items()
+                if run["point"] == point["index"] and run["state"] == "done"]
+        todo = [run_dir for run_dir in done if reevaluate or needs_eval(run_dir)]
+        if todo:
+            evaluate_point(todo)
+    keys = list(manifest["swept_keys"]) + (["train.learning_rate"]
+                                           if manifest["learning_rates"] else [])
+    written: dict[str, Path] = {}
+    sections = [f"# Sweep {sweep_dir.root.name}", "",
+                f"From `{manifest['command']}`. Per task and training range, runs are grouped "
+                "by the swept keys that vary there; seeds are aggregated (mean ± std, and max "
+                "over seeds).", ""]
+    for name, run_dirs in comparison_groups(manifest, sweep_dir.root).items():
+        group_by = ",".join(varying_keys(run_dirs, keys)) or "model.pe.type"
+        paths = compare_runs(run_dirs, sweep_dir.report / name, group_by=group_by)
+        written[name] = paths["markdown"]
+        body = paths["markdown"].read_text().replace("# ", "## ", 1)
+        sections += [body.replace("Figure: ", f"Figure: {name}/"), ""]
+    unfinished = [relative for relative, run in manifest["runs"].items()
+                  if run["state"] != "done"]
+    if unfinished:
+        sections += [f"Not included ({len(unfinished)} runs not finished): "
+                     + ", ".join(unfinished), ""]
+    sweep_dir.report.mkdir(parents=True, exist_ok=True)
+    written["summary"] = atomic_write_text(sweep_dir.report / "summary.md",
+                                           "\n".join(sections))
+    return written

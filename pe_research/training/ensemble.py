@@ -1,0 +1,203 @@
+"""Ensembles: M members of one config (different seeds, optionally learning rates) in one program.
+
+Parameters and optimizer state carry a leading member axis, sharded over the mesh's ``members``
+axis; the train step is the single run's step under ``jax.vmap``. Member k draws its own data
+stream, initialisation and random keys from its seed, so it trains as ``pe-research train`` with
+that seed would, and writes an ordinary run directory: config.json, metrics.jsonl, Orbax
+checkpoints and a W&B run, in the format of a single run. With ``length_sampling=per_batch``
+each member draws its own length and all are padded to the largest member's bucket (padding is
+masked, so a member's numbers do not change; dropout masks do depend on the padded width, so
+with dropout a member matches its single run in distribution, not bit for bit).
+
+A member that diverges is stopped and reported; the others go on. One process only: a grid is
+spread over hosts by the sweep's SLURM executor, one ensemble per job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from pe_research import data
+from pe_research.config import to_dict, validate_config
+from pe_research.errors import ConfigError
+from pe_research.mesh import (
+    DATA_AXIS,
+    MEMBERS_AXIS,
+    check_batch_fits,
+    data_mesh,
+    ensemble_mesh,
+    member_batch_sharded,
+    member_sharded,
+    replicated,
+)
+from pe_research.model import build_model
+from pe_research.runs.checkpoint import abstract_like, run_checkpointer
+from pe_research.runs.lock import RunDirLock
+from pe_research.runs.restore import run_task
+from pe_research.runs.tracking import make_writer
+from pe_research.training.loop import (
+    MemberRun,
+    StepLoop,
+    all_finite,
+    config_changes,
+    flat_config,
+    prepare_run_dir,
+)
+from pe_research.training.optimizer import make_optimizer
+from pe_research.training.periodic_eval import PeriodicEvaluator
+from pe_research.training.steps import make_ensemble_steps, make_steps
+
+# What may differ between the members of one ensemble (everything else is shared).
+MEMBER_KEYS = ("seed", "train.learning_rate", "wandb.name")
+
+
+@dataclasses.dataclass
+class EnsembleResult:
+    """How each member ended: its last logged record, or the reason it stopped."""
+
+    run_dirs: list[Path]
+    records: list[dict[str, float]]
+    diverged: dict[Path, str]
+    compilations: int
+    steps_per_second: float
+
+
+def check_members(configs: Sequence[ml_collections.ConfigDict]) -> None:
+    """ConfigError unless the members differ only in ``MEMBER_KEYS``."""
+    if not configs:
+        raise ConfigError("members", (), "an ensemble needs at least one member")
+    first = flat_config(to_dict(configs[0]))
+    for index, config in enumerate(configs[1:], 1):
+        other = flat_config(to_dict(config))
+        for key in sorted(set(first) | set(other)):
+            if first.get(key) != other.get(key) and key not in MEMBER_KEYS:
+                raise ConfigError(key, other.get(key), f"member {index} differs from member 0 "
+                                  f"({first.get(key)!r}); members of one ensemble may differ "
+                                  f"only in {', '.join(MEMBER_KEYS)}")
+    seeds = [int(config.seed) for config in configs]
+    if len(set(seeds)) != len(seeds) and len({c.train.learning_rate for c in configs}) == 1:
+        raise ConfigError("seed", seeds, "members need distinct seeds (or learning rates)")
+
+
+def stack(trees: Sequence[Any]) -> Any:
+    """Member trees -> one tree whose leaves have a leading member axis."""
+    return jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees)
+
+
+def train_ensemble(configs: Sequence[ml_collections.ConfigDict],
+                   run_dirs: Sequence[str | Path]) -> EnsembleResult:
+    """Train (or resume) member k of ``configs`` into ``run_dirs[k]``, all in one program."""
+    for config in configs:
+        validate_config(config)
+    check_members(configs)
+    if len(configs) != len(run_dirs):
+        raise ConfigError("run_dirs", len(run_dirs), f"one run directory per member "
+                          f"({len(configs)})")
+    if jax.process_count() > 1:
+        raise ConfigError("distributed", True, "an ensemble trains in one process; spread a "
+                          "sweep over hosts with --executor slurm (one ensemble per job)")
+    run_dirs = [Path(d).absolute() for d in run_dirs]
+    mesh = ensemble_mesh(len(configs))
+    eval_mesh = data_mesh(jax.local_devices())
+    check_batch_fits("data.batch_size", configs[0].data.batch_size, mesh)
+    check_batch_fits("eval.batch_size", configs[0].eval.batch_size, eval_mesh)
+    tasks = [run_task(config, run_dir) for config, run_dir in zip(configs, run_dirs, strict=True)]
+    changes = [config_changes(config, run_dir)
+               for config, run_dir in zip(configs, run_dirs, strict=True)]
+    with contextlib.ExitStack() as stack_:
+        for run_dir in run_dirs:
+            lock = RunDirLock(run_dir).acquire()
+            stack_.callback(lock.release)
+        return _train_locked(list(configs), run_dirs, tasks, changes, mesh, eval_mesh, stack_)
+
+
+def _restore_common_step(checkpointers: Sequence[Any], params: Any, opt_state: Any,
+                         ) -> tuple[int, list[dict[str, Any]] | None]:
+    """The newest step every member holds, restored for each (0 and None when there is none).
+
+    A crash between two members' saves can leave one member a step ahead: its newer steps are
+    deleted, since resuming from the common step recomputes them bit for bit.
+    """
+    for checkpointer in checkpointers:  # moves unreadable steps aside
+        checkpointer.restore_latest_good(params=params, opt_state=opt_state, quarantine=True)
+    held = [set(checkpointer.steps()) for checkpointer in checkpointers]
+    common = max(set.intersection(*held), default=0)
+    for checkpointer, steps in zip(checkpointers, held, strict=True):
+        for step in sorted(s for s in steps if s > common):
+            checkpointer.manager.delete(step)
+    if common == 0:
+        return 0, None
+    return common, [c.restore(common, params=params, opt_state=opt_state)
+                    for c in checkpointers]
+
+
+def _train_locked(configs, run_dirs, tasks, changes, mesh, eval_mesh,
+                  cleanup: contextlib.ExitStack) -> EnsembleResult:
+    vocab_size = tasks[0].vocabulary.size
+    singles = [make_steps(build_model(config, vocab_size), config.train, config.seed, eval_mesh)
+               for config in configs]
+    member_params = [params for _, params in singles]
+    member_opt = [make_optimizer(config.train).init(params)
+                  for config, params in zip(configs, member_params, strict=True)]
+    first = singles[0][0]
+    checkpointers = [run_checkpointer(config, run_dir)
+                     for config, run_dir in zip(configs, run_dirs, strict=True)]
+    for checkpointer in checkpointers:
+        cleanup.callback(checkpointer.close)
+    on_eval_mesh = replicated(eval_mesh)
+    start, restored = _restore_common_step(
+        checkpointers, abstract_like(member_params[0], on_eval_mesh),
+        abstract_like(member_opt[0], on_eval_mesh))
+    windows: list[Any] = [None] * len(configs)
+    if restored is not None:
+        member_params = [items["params"] for items in restored]
+        member_opt = [items["opt_state"] for items in restored]
+        windows = [items["meta"].get("train_window") for items in restored]
+        print(f"resuming {len(configs)} members from step {start} "
+              f"(of {configs[0].train.steps})", flush=True)
+    stacked = member_sharded(mesh)
+    params = jax.device_put(stack(member_params), stacked)
+    opt_state = jax.device_put(stack(member_opt), stacked)
+    rates = [float(config.train.learning_rate) for config in configs]
+    print(f"ensemble of {len(configs)} members on {mesh.shape[MEMBERS_AXIS]} x "
+          f"{mesh.shape[DATA_AXIS]} devices (members x data)", flush=True)
+    steps = make_ensemble_steps(first.graphdef, first.rest, configs[0].train,
+                                [config.seed for config in configs],
+                                rates if len(set(rates)) > 1 else None, mesh)
+
+    members = []
+    for k, (config, run_dir, task) in enumerate(zip(configs, run_dirs, tasks, strict=True)):
+        prepare_run_dir(config, run_dir, task, changes[k], start)
+        writer = make_writer(config.wandb, run_dir, resume_step=start if restored else None,
+                             hparams=to_dict(config))
+        cleanup.callback(writer.finish)
+        evaluator = PeriodicEvaluator(config, task, eval_mesh, steps.member_evaluate(config.seed),
+                                      run_dir)
+        members.append(MemberRun(config, run_dir, vocab_size, checkpointers[k], writer,
+                                 evaluator, windows[k]))
+
+    batch_sharding = member_batch_sharded(mesh)
+
+    def batch(data_step: int) -> dict[str, jax.Array]:
+        local = [data.train_batch(task, config.data, config.seed, data_step)
+                 for task, config in zip(tasks, configs, strict=True)]
+        return jax.device_put(data.stack_batches(local), batch_sharding)
+
+    def member_state(tree: Any, k: int) -> Any:
+        return jax.device_put(jax.tree.map(lambda leaf: leaf[k], tree), on_eval_mesh)
+
+    loop = StepLoop(members, steps, batch, member_state=member_state,
+                    stacked_finite=jax.jit(jax.vmap(all_finite)))
+    loop.run(params, opt_state, start)
+    return EnsembleResult(run_dirs=list(run_dirs), records=[m.record for m in members],
+                          diverged={m.run_dir: m.diverged for m in members if m.diverged},
+                          compilations=steps.compilations,
+                          steps_per_second=loop.steps_per_second)

@@ -1,0 +1,106 @@
+"""Ensembles: member k of a stacked run equals an independent run with seed k."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from conftest import DEFAULT_CONFIG, tiny_overrides
+from flax import nnx
+
+from pe_research.config import load_config
+from pe_research.data import stack_batches
+from pe_research.errors import ConfigError
+from pe_research.runs.checkpoint import Checkpointer
+from pe_research.runs.restore import load_run
+from pe_research.runs.tracking import read_metrics
+from pe_research.training.ensemble import check_members, train_ensemble
+from pe_research.training.loop import train
+
+STEPS = 12
+SEEDS = (0, 1, 2, 3)
+RATES = (3e-3, 1e-3, 5e-3, 2e-3)
+# Mixed length sampling: members draw different lengths, so their batches are padded to the
+# widest member's bucket; randomized positions make the member's own keys matter too.
+OVERRIDES = tiny_overrides(**{
+    "train.steps": STEPS, "train.log_every": 4, "train.eval_every": 6,
+    "train.checkpoint_every": 6, "data.length_sampling": "per_batch",
+    "model.pe.randomize.max_position": 64, "wandb.mode": "disabled"})
+
+
+def member_config(seed: int, learning_rate: float | None = None):
+    config = load_config(DEFAULT_CONFIG, OVERRIDES)
+    config.seed = seed
+    if learning_rate is not None:
+        config.train.learning_rate = learning_rate
+    return config
+
+
+def params_of(run_dir) -> list[np.ndarray]:
+    model = load_run(run_dir, "latest").model
+    return [np.asarray(leaf) for leaf in jax.tree.leaves(nnx.state(model, nnx.Param))]
+
+
+def losses(run_dir) -> list[tuple[int, float]]:
+    return [(r["step"], r["train/loss"]) for r in read_metrics(run_dir) if "train/loss" in r]
+
+
+def eval_values(run_dir) -> list[float]:
+    return [r["eval/loss"] for r in read_metrics(run_dir) if "eval/loss" in r]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stacked_rates", [False, True], ids=["seeds", "seeds_and_rates"])
+def test_member_equals_independent_run(tmp_path, stacked_rates):
+    rates = RATES if stacked_rates else (None,) * len(SEEDS)
+    configs = [member_config(seed, rate) for seed, rate in zip(SEEDS, rates, strict=True)]
+    members = [tmp_path / f"seed_{seed}" for seed in SEEDS]
+    result = train_ensemble(configs, members)
+    assert result.compilations <= 2  # two target buckets at most (lengths 1-8, buckets 8/16)
+    assert not result.diverged
+    for k in (0, 3):
+        single = tmp_path / f"single_{k}"
+        train(member_config(SEEDS[k], rates[k]), single)
+        for a, b in zip(params_of(members[k]), params_of(single), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        member_losses, single_losses = losses(members[k]), losses(single)
+        assert [s for s, _ in member_losses] == [s for s, _ in single_losses] == [4, 8, 12]
+        np.testing.assert_allclose([v for _, v in member_losses],
+                                   [v for _, v in single_losses], rtol=1e-5)
+        np.testing.assert_allclose(eval_values(members[k]), eval_values(single), rtol=1e-5)
+    # Different seeds really give different members.
+    assert not np.allclose(params_of(members[0])[0], params_of(members[1])[0])
+
+
+def test_members_may_differ_only_in_seed_and_learning_rate():
+    a, b = member_config(0), member_config(1)
+    b.model.d_model = 32
+    with pytest.raises(ConfigError, match="model.d_model"):
+        check_members([a, b])
+    with pytest.raises(ConfigError, match="distinct seeds"):
+        check_members([member_config(0), member_config(0)])
+
+
+def test_stacked_batches_are_padded_to_the_widest_member():
+    narrow = {"source": np.ones((2, 8), np.int32), "source_mask": np.ones((2, 8), bool),
+              "target_input": np.ones((2, 8), np.int32),
+              "target_output": np.ones((2, 8), np.int32),
+              "target_mask": np.ones((2, 8), bool), "lengths": np.full(2, 7, np.int32)}
+    wide = {**narrow, **{k: np.ones((2, 16), narrow[k].dtype) for k in
+                         ("target_input", "target_output", "target_mask")}}
+    stacked = stack_batches([narrow, wide])
+    assert stacked["source"].shape == (2, 2, 8)
+    assert stacked["target_mask"].shape == (2, 2, 16)
+    assert stacked["target_mask"][0, :, 8:].sum() == 0  # the padding is masked
+    assert stacked["target_mask"][1].all()
+
+
+@pytest.mark.slow
+def test_diverging_member_stops_and_the_others_finish(tmp_path):
+    configs = [member_config(0), member_config(1, learning_rate=1e30)]
+    members = [tmp_path / "good", tmp_path / "bad"]
+    result = train_ensemble(configs, members)
+    assert list(result.diverged) == [members[1].absolute()]
+    assert "diverged" in result.diverged[members[1].absolute()]
+    assert Checkpointer(members[0] / "checkpoints", read_only=True).steps()[-1] == STEPS
+    assert Checkpointer(members[1] / "checkpoints", read_only=True).steps() == []

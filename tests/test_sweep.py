@@ -1,0 +1,260 @@
+"""Sweeps: validation before anything runs, the manifest, rerun after a kill, failures, submitit."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+from conftest import DEFAULT_CONFIG, REPO, cli_command, subprocess_env, tiny_overrides
+from flax import nnx
+
+from pe_research.cli.app import main
+from pe_research.config.naming import short_keys, value_name
+from pe_research.errors import ConfigError
+from pe_research.evaluation.range_eval import evaluate_run
+from pe_research.evaluation.results import read_results
+from pe_research.runs.lock import RunDirLock
+from pe_research.runs.restore import load_run
+from pe_research.runs.run_dir import RunDir
+from pe_research.sweeps import Sweep, product
+from pe_research.sweeps.executors import slurm_parameters
+from pe_research.sweeps.spec import load_sweep
+from pe_research.sweeps.state import SweepDir
+
+GRID = 'product({"model.pe.type": ["rope", "alibi"], "data.train_lengths": [(1, 6), (1, 8)]})'
+
+
+def write_sweep(path: Path, grid: str = GRID, seeds: str = "(0, 1)", **changes) -> Path:
+    """A sweep file over the tiny config (W&B off), ``grid`` and ``seeds`` as Python text."""
+    overrides = tiny_overrides(**{"wandb.mode": "disabled", "train.steps": 20, **changes})
+    path.write_text(f'''"""pe-research sweep {path.name} --workdir DIR"""
+from pe_research.config import load_config
+from pe_research.sweeps import Sweep, product
+
+
+def get_config():
+    return load_config({str(DEFAULT_CONFIG)!r}, {overrides!r})
+
+
+def sweep():
+    return Sweep(grid={grid}, seeds={seeds})
+''')
+    return path
+
+
+def sweep_command(sweep_file: Path, workdir: Path, *extra: str) -> list[str]:
+    return [*cli_command(), "sweep", str(sweep_file), "--workdir", str(workdir), *extra]
+
+
+def manifest_states(workdir: Path) -> dict[str, str]:
+    manifest = json.loads((workdir / "sweep.json").read_text())
+    return {name: run["state"] for name, run in manifest["runs"].items()}
+
+
+def test_product_and_names():
+    grid = product({"model.pe.type": ["rope", "alibi"], "seed_like": [1, 2, 3]})
+    assert len(grid) == 6 and grid[0] == {"model.pe.type": "rope", "seed_like": 1}
+    assert grid[-1] == {"model.pe.type": "alibi", "seed_like": 3}
+    labels = short_keys(["model.pe.type", "task.name", "model.pe.randomize.max_position",
+                         "train.max_position"])
+    assert labels == {"model.pe.type": "pe.type", "task.name": "task.name",
+                      "model.pe.randomize.max_position": "randomize.max_position",
+                      "train.max_position": "train.max_position"}
+    assert value_name((1, 40)) == "1-40" and value_name(3e-3) == "0.003"
+    assert value_name("a/b c") == "a_b_c"
+
+
+def test_sweep_plan_names_runs_and_validates_every_member(tmp_path):
+    plan = load_sweep(write_sweep(tmp_path / "s.py"))
+    assert [p.name for p in plan.points] == [
+        "pe.type=rope,train_lengths=1-6", "pe.type=rope,train_lengths=1-8",
+        "pe.type=alibi,train_lengths=1-6", "pe.type=alibi,train_lengths=1-8"]
+    assert plan.runs == 8
+    member = plan.points[2].members[1]
+    assert member.name == "seed_1" and member.config["seed"] == 1
+    assert member.config["model"]["pe"]["type"] == "alibi"
+    assert member.config["data"]["train_lengths"] == [1, 6]
+
+
+@pytest.mark.parametrize(("grid", "message"), [
+    ('[{"model.pe.type": "rope"}, {"model.pe.nonsense": 1}]',
+     "model.pe.nonsense.*grid point 1"),
+    ('[{"model.d_model": 16}, {"model.d_model": -4}]', "model.d_model.*grid point 1"),
+    ('[{"seed": 3}]', "stacked member axis"),
+])
+def test_bad_grid_point_fails_before_anything_runs(tmp_path, capsys, grid, message):
+    sweep_file = write_sweep(tmp_path / "bad.py", grid=grid)
+    with pytest.raises(ConfigError, match=message):
+        load_sweep(sweep_file)
+    workdir = tmp_path / "never"
+    assert main(["sweep", str(sweep_file), "--workdir", str(workdir)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "grid point" in error or "stacked" in error
+    assert not workdir.exists()
+
+
+def test_slurm_without_sbatch_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch anywhere
+    sweep_file = write_sweep(tmp_path / "s.py")
+    assert main(["sweep", str(sweep_file), "--workdir", str(tmp_path / "w"),
+                 "--executor", "slurm"]) == 2
+    assert "sbatch is not on PATH" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()
+
+
+def test_second_driver_on_a_busy_sweep_directory_is_refused(tmp_path, capsys):
+    workdir = tmp_path / "sweep"
+    with RunDirLock(workdir, "run"):
+        assert main(["sweep", str(write_sweep(tmp_path / "s.py")), "--workdir",
+                     str(workdir)]) == 2
+    error = capsys.readouterr().err
+    assert f"{workdir} is being run by process {os.getpid()}" in error
+    assert not (workdir / "sweep.json").exists()
+
+
+def test_slurm_parameters_from_file_and_command_line():
+    settings = {"partition": "gpu", "gpus_per_job": 1, "time_min": 90, "sbatch": {"account": "x"}}
+    parameters = slurm_parameters(settings, "slurm", 4, "sweep_demo")
+    assert parameters == {"timeout_min": 90, "name": "sweep_demo", "gpus_per_node": 1,
+                          "slurm_partition": "gpu", "slurm_array_parallelism": 4,
+                          "slurm_additional_parameters": {"account": "x"}}
+    assert "slurm_partition" not in slurm_parameters(settings, "local", 4, "s")
+
+
+def test_sweep_object_defaults():
+    assert Sweep().grid == ({},) and tuple(Sweep().seeds) == (0,)
+
+
+def _wait_for(predicate, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError("timed out")
+
+
+@pytest.mark.slow
+def test_sweep_killed_then_rerun_skips_finished_runs_and_records_failures(tmp_path):
+    # Four grid points of two seeds, plus one whose eval-set folder cannot be created.
+    grid = GRID + ' + [{"model.pe.type": "rope", "data.eval_cache_dir": "/proc/pe_research_no"}]'
+    sweep_file = write_sweep(tmp_path / "s.py", grid=grid)
+    workdir = tmp_path / "sweep"
+    process = subprocess.Popen(sweep_command(sweep_file, workdir, "--no-report"), cwd=REPO,
+                               env=subprocess_env(), start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: (workdir / "sweep.json").exists()
+                  and "done" in manifest_states(workdir).values())
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    first = manifest_states(SweepDir(workdir).root)
+    finished = [name for name, state in first.items() if state == "done"]
+    assert finished and len(finished) < 10
+    stamps = {name: (workdir / name / "metrics.jsonl").stat().st_mtime for name in finished}
+
+    result = subprocess.run(sweep_command(sweep_file, workdir, "--no-report"), cwd=REPO,
+                            env=subprocess_env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1, result.stderr[-3000:]  # one grid point failed
+    states = manifest_states(workdir)
+    failed = sorted(name for name, state in states.items() if state == "failed")
+    assert failed == ["eval_cache_dir=_proc_pe_research_no,pe.type=rope/seed_0",
+                      "eval_cache_dir=_proc_pe_research_no,pe.type=rope/seed_1"] or \
+        all("eval_cache_dir" in name for name in failed) and len(failed) == 2
+    assert sum(state == "done" for state in states.values()) == 8
+    manifest = json.loads((workdir / "sweep.json").read_text())
+    assert "pe_research_no" in manifest["runs"][failed[0]]["error"]
+    for name, stamp in stamps.items():  # finished runs were not trained again
+        assert (workdir / name / "metrics.jsonl").stat().st_mtime == stamp
+    assert "8 done, 2 failed (of 10 runs)" in result.stdout
+    status = subprocess.run([*cli_command(), "sweep", "status", str(workdir)], cwd=REPO,
+                            env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    assert "8 done, 2 failed" in status.stdout
+
+
+def _params(run_dir: Path) -> list[np.ndarray]:
+    model = load_run(run_dir, "latest").model
+    return [np.asarray(leaf) for leaf in jax.tree.leaves(nnx.state(model, nnx.Param))]
+
+
+@pytest.mark.slow
+def test_killed_ensemble_resumes_bit_identically(tmp_path):
+    changes = {"train.steps": 60, "train.checkpoint_every": 20, "train.log_every": 30,
+               "train.eval_every": 0, "data.length_sampling": "mixed"}
+    sweep_file = write_sweep(tmp_path / "s.py", grid='[{"model.pe.type": "rope"}]',
+                             seeds="(0, 1, 2)", **changes)
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    subprocess.run(sweep_command(sweep_file, straight, "--no-report"), cwd=REPO, check=True,
+                   env=subprocess_env(), capture_output=True, timeout=600)
+    process = subprocess.Popen(sweep_command(sweep_file, resumed, "--no-report"), cwd=REPO,
+                               env=subprocess_env(), start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    member = resumed / "pe.type=rope" / "seed_2" / "checkpoints"
+    try:
+        _wait_for(lambda: member.exists() and any(p.name.isdigit() for p in member.iterdir()))
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    assert manifest_states(resumed)["pe.type=rope/seed_2"] in ("interrupted", "running")
+    subprocess.run(sweep_command(sweep_file, resumed, "--no-report"), cwd=REPO, check=True,
+                   env=subprocess_env(), capture_output=True, timeout=600)
+    for seed in (0, 1, 2):
+        a = straight / "pe.type=rope" / f"seed_{seed}"
+        b = resumed / "pe.type=rope" / f"seed_{seed}"
+        for x, y in zip(_params(a), _params(b), strict=True):
+            np.testing.assert_array_equal(x, y)
+        losses = [[r.get("train/loss") for r in map(json.loads, RunDir(d).metrics.read_text()
+                                                    .splitlines())] for d in (a, b)]
+        assert losses[0] == losses[1]
+
+
+@pytest.mark.slow
+def test_sweep_through_submitit_local_executor_and_report(tmp_path):
+    grid = 'product({"model.pe.type": ["rope", "alibi"]})'
+    sweep_file = write_sweep(tmp_path / "s.py", grid=grid,
+                             **{"train.steps": 10, "eval.lengths": (4, 8, 12)})
+    workdir = tmp_path / "sweep"
+    result = subprocess.run(sweep_command(sweep_file, workdir, "--executor", "submitit-local",
+                                          "--jobs", "2"), cwd=REPO, env=subprocess_env(),
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    manifest = json.loads((workdir / "sweep.json").read_text())
+    assert set(manifest["jobs"]) == {"0", "1"}  # one submitit job per grid point
+    assert set(manifest_states(workdir).values()) == {"done"}
+    assert "| alibi | 2 |" in result.stdout and "| rope | 2 |" in result.stdout
+    assert (workdir / "report" / "reverse_string_1-8" / "comparison.png").is_file()
+    # The vmapped evaluation of a grid point's members equals evaluating one run alone.
+    run_dir = workdir / "pe.type=alibi" / "seed_1"
+    rows = read_results(RunDir(run_dir).eval_results())["rows"]
+    single = evaluate_run(load_run(run_dir))
+    for row, alone in zip(rows, single.rows, strict=True):
+        for key, value in alone.as_dict().items():
+            assert row[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
+
+
+@pytest.mark.slow
+def test_ensemble_sharded_over_eight_devices_matches_one_device(tmp_path):
+    sweep_file = write_sweep(tmp_path / "s.py", grid='[{"model.pe.type": "alibi"}]',
+                             seeds="(0, 1, 2, 3)", **{"train.steps": 6, "train.eval_every": 0})
+    runs = {}
+    for devices in (8, 1):
+        workdir = tmp_path / f"devices_{devices}"
+        env = subprocess_env(XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+        subprocess.run(sweep_command(sweep_file, workdir, "--no-report"), cwd=REPO, check=True,
+                       env=env, capture_output=True, timeout=600)
+        runs[devices] = workdir
+    log = (runs[8] / "logs" / "pe.type=alibi.log").read_text()
+    assert "ensemble of 4 members on 4 x 2 devices" in log
+    assert "on 1 x 1 devices" in (runs[1] / "logs" / "pe.type=alibi.log").read_text()
+    for seed in range(4):
+        member = f"pe.type=alibi/seed_{seed}"
+        for a, b in zip(_params(runs[8] / member), _params(runs[1] / member), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
