@@ -32,3 +32,13 @@ def test_data_throughput_covers_every_task():
 def test_eval_speed_compares_bucket_and_length_compilation():
     out = run_script("benchmarks/eval_speed.py", "--max-length", "16", "--repeats", "1")
     assert "per bucket" in out and "per length" in out
+
+
+@pytest.mark.slow
+def test_ensemble_speed_prints_one_row_per_member_count():
+    out = run_script("benchmarks/ensemble_speed.py", "--members", "1,2", "--steps", "2",
+                     "--config.model.d_model=16", "--config.model.d_ff=32",
+                     "--config.data.batch_size=8")
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "members" not in line]
+    assert [row.split("|")[1].strip() for row in rows] == ["1", "2"]
+    assert "single run:" in out
