@@ -75,3 +75,23 @@ def test_table_values_follow_their_definitions():
     summary = summarize({"exact_match": 1.0, "sequences": 2.0}, [METRICS["exact_match"]])
     assert summary["exact_match"] == 0.5
     assert summary["exact_match_low"] < 0.5 < summary["exact_match_high"]
+
+
+def test_output_token_accuracy_counts_output_tokens_only():
+    """Hand-made batch: the EOS slot and everything after it are excluded."""
+    import jax.numpy as jnp
+
+    from pe_research.evaluation.metrics import METRICS, Outputs, example_sums
+    from pe_research.special_tokens import EOS_ID
+
+    targets = jnp.asarray([[5, 6, 7, EOS_ID, 0], [8, EOS_ID, 0, 0, 0]])
+    mask = jnp.asarray([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0]], bool)
+    # Row 0: 2 of 3 output tokens right, EOS wrong (ignored); row 1: its one token right, then
+    # garbage after EOS (ignored).
+    decoded = jnp.asarray([[5, 9, 7, 4, 4], [8, 3, 3, 3, 3]])
+    outputs = Outputs(jnp.zeros((2, 5, 12)), targets, mask, decoded)
+    sums = example_sums(outputs, [METRICS["output_token_accuracy"]])
+    assert sums["output_token_accuracy"].tolist() == [2.0, 1.0]
+    assert sums["output_tokens"].tolist() == [3.0, 1.0]
+    assert METRICS["output_token_accuracy"].value(
+        {k: float(v.sum()) for k, v in sums.items()}) == 0.75

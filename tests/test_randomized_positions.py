@@ -38,7 +38,8 @@ def test_off_by_default_and_plain_policy_give_arange():
     mask = prefix_mask([3, 5], 5)
     arange = np.broadcast_to(np.arange(5), (2, 5))
     assert default_pe_config("alibi")["randomize"] == {"max_position": 0,
-                                                       "eval_policy": "randomized"}
+                                                       "eval_policy": "randomized",
+                                                       "per": "example"}
     for pe, training in [(default_pe_config("rope"), True), (pe_block(64, "plain"), False)]:
         positions = make_positions(pe, mask, jax.random.key(0), training)
         assert positions.dtype == jnp.int32

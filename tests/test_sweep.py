@@ -258,3 +258,19 @@ def test_ensemble_sharded_over_eight_devices_matches_one_device(tmp_path):
         member = f"pe.type=alibi/seed_{seed}"
         for a, b in zip(_params(runs[8] / member), _params(runs[1] / member), strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+SWEEPS = REPO / "configs" / "sweeps"
+
+
+@pytest.mark.parametrize("path", sorted(SWEEPS.glob("*.py")), ids=lambda p: p.stem)
+def test_every_sweep_file_validates_and_names_its_command(path):
+    first_line = path.read_text().split('"""')[1].splitlines()[0]
+    assert first_line.startswith(f"pe-research sweep configs/sweeps/{path.name} --workdir ")
+    uses_scan = "scan" in path.read_text() and not (REPO / "data/scan").is_dir()
+    if uses_scan:
+        with pytest.raises(ConfigError, match="data.scan_dir"):
+            load_sweep(path)
+        return
+    plan = load_sweep(path)
+    assert plan.runs >= 2 and len({p.name for p in plan.points}) == len(plan.points)

@@ -32,9 +32,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from pe_research.analysis.streams import AttentionSite, trace_decoder, trace_encoder
-from pe_research.analysis.vectors import HIGHEST
-from pe_research.model import Seq2SeqTransformer
+from pe_research.analysis.streams import AttentionSite, trace_decoder, trace_encoder, trace_stack
+from pe_research.analysis.vectors import HIGHEST, stack_name
+from pe_research.model import TokenModel
+from pe_research.model.single_stack import self_visible
 from pe_research.positional.base import PositionalScheme
 
 ADDITIVE_TERMS = ("token_token", "token_position", "position_token", "position_position")
@@ -135,11 +136,19 @@ def describe(terms: dict[str, Any]) -> str:
     return shown + ("" if not extras else " and the positional part: " + ", ".join(extras))
 
 
-def all_site_terms(model: Seq2SeqTransformer, source_BxS: jax.Array, target_input_BxT: jax.Array,
+def all_site_terms(model: TokenModel, source_BxS: jax.Array, target_input_BxT: jax.Array,
                    source_positions_BxS: jax.Array, target_positions_BxT: jax.Array,
                    source_mask_BxS: jax.Array, target_mask_BxT: jax.Array,
                    ) -> list[tuple[dict[str, jax.Array], jax.Array]]:
-    """``(terms, mask)`` of every self-attention layer, encoder layers first, then decoder."""
+    """``(terms, mask)`` of every self-attention layer, encoder layers first, then decoder (a
+    single-stack model: its layers, over the joint sequence)."""
+    if model.config.single_stack:
+        tokens, positions, real = model.joint_inputs(
+            source_BxS, model.target_side(target_input_BxT), source_positions_BxS,
+            target_positions_BxT, source_mask_BxS, target_mask_BxT)
+        sites = trace_stack(model, tokens, positions, self_visible(real, model.causal),
+                            stack_name(model))
+        return [(attention_terms(site), site.mask) for site in sites]
     encoder_sites, encoded = trace_encoder(model, source_BxS, source_positions_BxS,
                                            source_mask_BxS)
     decoder_sites, _ = trace_decoder(model, target_input_BxT, target_positions_BxT,
@@ -152,15 +161,18 @@ def all_site_terms(model: Seq2SeqTransformer, source_BxS: jax.Array, target_inpu
 _all_site_terms_jit = nnx.jit(all_site_terms)
 
 
-def site_layers(model: Seq2SeqTransformer) -> list[tuple[str, int, Any, PositionalScheme]]:
+def site_layers(model: TokenModel) -> list[tuple[str, int, Any, PositionalScheme]]:
     """``(stack, layer, attention, scheme)`` of each self-attention, in ``all_site_terms`` order."""
+    if model.config.single_stack:
+        return [(stack_name(model), i, layer.self_attention, layer.own_pe or model.pe)
+                for i, layer in enumerate(model.layers)]
     sites = [("encoder", i, layer.self_attention, layer.own_pe or model.pe)
              for i, layer in enumerate(model.encoder_layers)]
     return sites + [("decoder", i, layer.self_attention, layer.own_pe or model.pe)
                     for i, layer in enumerate(model.decoder_layers)]
 
 
-def decompose(model: Seq2SeqTransformer, batch: dict[str, Any], example: int = 0, *,
+def decompose(model: TokenModel, batch: dict[str, Any], example: int = 0, *,
               source_positions_BxS: Any = None, target_positions_BxT: Any = None,
               ) -> list[dict[str, Any]]:
     """Every encoder and decoder self-attention layer of ``model`` on ``batch`` (a Batch dict).
@@ -175,18 +187,25 @@ def decompose(model: Seq2SeqTransformer, batch: dict[str, Any], example: int = 0
     target_mask = jnp.asarray(batch["target_mask"], bool)
     source_positions = (jnp.broadcast_to(jnp.arange(source.shape[1]), source.shape)
                         if source_positions_BxS is None else jnp.asarray(source_positions_BxS))
+    first_target = (jnp.sum(source_mask, axis=-1, keepdims=True) if model.config.single_stack
+                    else 0)  # a single stack's positions run on from the source
     target_positions = (
-        jnp.broadcast_to(jnp.arange(target_input.shape[1]), target_input.shape)
+        first_target + jnp.broadcast_to(jnp.arange(target_input.shape[1]), target_input.shape)
         if target_positions_BxT is None else jnp.asarray(target_positions_BxT))
     computed = _all_site_terms_jit(model, source, target_input, source_positions,
                                    target_positions, source_mask, target_mask)
-    lengths = {"encoder": int(np.sum(np.asarray(source_mask)[example])),
-               "decoder": int(np.sum(np.asarray(target_mask)[example]))}
+    sources, targets = (int(np.sum(np.asarray(m)[example])) for m in (source_mask, target_mask))
+    # Each stack's real tokens, as (start, end) indices of its sequence.
+    if model.config.single_stack:  # the source sits at the end of its S slots
+        width = source.shape[1]
+        windows = {stack_name(model): (width - sources, width + targets)}
+    else:
+        windows = {"encoder": (0, sources), "decoder": (0, targets)}
     results = []
     for (stack, layer, attention, scheme), (terms, mask) in zip(site_layers(model), computed,
                                                                 strict=True):
         terms = {name: np.asarray(terms[name]) for name in TERM_ORDER if name in terms}
-        mask, length = np.asarray(mask), lengths[stack]
+        mask, (start, end) = np.asarray(mask), windows[stack]
         explicit = attention.kind in scheme.acts_in and overrides_explicit_attention(scheme)
         results.append({
             "name": f"{stack}_self/layer_{layer}",
@@ -196,7 +215,7 @@ def decompose(model: Seq2SeqTransformer, batch: dict[str, Any], example: int = 0
             "note": EXPLICIT_NOTE if explicit else "",
             "terms": list(terms),
             "statistics": term_statistics(terms, mask),
-            "example": {name: t[example, :, :length, :length] for name, t in terms.items()},
-            "example_mask": mask[example, :length, :length],
+            "example": {name: t[example, :, start:end, start:end] for name, t in terms.items()},
+            "example_mask": mask[example, start:end, start:end],
         })
     return results

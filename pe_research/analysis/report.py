@@ -32,7 +32,7 @@ from pe_research.analysis.vectors import (
 )
 from pe_research.atomic_files import atomic_open, atomic_savefig, atomic_write_text
 from pe_research.errors import ConfigError
-from pe_research.model import Seq2SeqTransformer
+from pe_research.model import TokenModel
 from pe_research.positional.registry import (
     SCHEMES,
     build_scheme,
@@ -242,7 +242,7 @@ def embedding_report(path: str | Path, key: str, *, token_key: str = "",
     return report
 
 
-def model_report(model: Seq2SeqTransformer, batch: Mapping[str, Any] | None, *,
+def model_report(model: TokenModel, batch: Mapping[str, Any] | None, *,
                  num_positions: int, offset: int = DEFAULT_OFFSET, title: str = "",
                  positions: tuple[Any, Any] = (None, None), trained: int | None = None,
                  trained_source: str = "") -> Report:

@@ -47,7 +47,8 @@ def evaluation_positions(run: LoadedRun, batch: dict[str, np.ndarray]) -> tuple[
     """Source and target positions exactly as the evaluation step draws them."""
     key = jax.random.fold_in(jax.random.key(run.config.seed), EVAL_KEY_TAG)
     position_key, _ = jax.random.split(key)
-    return batch_positions(run.config.model.pe.to_dict(), batch, position_key, training=False)
+    return batch_positions(run.config.model.pe.to_dict(), batch, position_key, training=False,
+                           architecture=run.config.model.architecture)
 
 
 def default_num_positions(run: LoadedRun) -> int:
@@ -75,6 +76,11 @@ def trained_positions(run: LoadedRun) -> tuple[int, str]:
                               "positions below it")
     low, high = (int(n) for n in run.config.data.train_lengths)
     source, target = run.task.widest(range(low, high + 1))
+    if run.config.model.architecture != "encoder_decoder":  # one sequence: source, then target
+        longest = source + target + 1
+        return longest, (f"data.train_lengths=({low}, {high}): the longest training sequence "
+                         f"has {longest} tokens (source {source} followed by target {target} "
+                         "+ SEP/EOS)")
     longest = max(source, target + 1)
     return longest, (f"data.train_lengths=({low}, {high}): the longest training sequence has "
                      f"{longest} tokens (source {source}, target {target} + BOS/EOS)")

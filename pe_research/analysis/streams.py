@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from pe_research.analysis.vectors import input_parts
-from pe_research.model import Seq2SeqTransformer
+from pe_research.model import Seq2SeqTransformer, TokenModel
 from pe_research.model.attention import MultiHeadAttention
 from pe_research.model.masks import cross_mask, decoder_self_mask, encoder_self_mask
 from pe_research.positional.base import PositionalScheme
@@ -108,6 +108,25 @@ def trace_encoder(model: Seq2SeqTransformer, source_BxS: jax.Array,
     if model.encoder_norm is not None:
         split = split_layer_norm(model.encoder_norm, split)
     return sites, split
+
+
+def trace_stack(model: TokenModel, tokens_BxW: jax.Array, positions_BxW: jax.Array,
+                mask_BxWxW: jax.Array, stack: str) -> list[AttentionSite]:
+    """The self-attention sites of a single-stack model over its joint sequence."""
+    split = Split(*input_parts(model, tokens_BxW, positions_BxW))
+    sites = []
+    for index, layer in enumerate(model.layers):
+        pe = layer.own_pe or model.pe
+
+        def attend(h, layer=layer, pe=pe):
+            return layer.self_attention(h, h, positions_BxW, positions_BxW, mask_BxWxW, pe)
+
+        seen, split = residual(layer.attention_block, split, attend)
+        sites.append(AttentionSite(stack, index, layer.self_attention, pe, seen, positions_BxW,
+                                   mask_BxWxW))
+        _, split = residual(layer.feed_forward_block, split,
+                            lambda h, layer=layer: layer.feed_forward(h, None))
+    return sites
 
 
 def trace_decoder(model: Seq2SeqTransformer, target_input_BxT: jax.Array,

@@ -15,12 +15,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from pe_research.model import Seq2SeqTransformer
+from pe_research.model import TokenModel
 
 HIGHEST = jax.lax.Precision.HIGHEST
 
 
-def input_parts(model: Seq2SeqTransformer, tokens_BxT: jax.Array, positions_BxT: jax.Array,
+def input_parts(model: TokenModel, tokens_BxT: jax.Array, positions_BxT: jax.Array,
                 ) -> tuple[jax.Array, jax.Array | None]:
     """Token part ``[B, T, D]`` and position part ``[B, T, D]`` (None: the scheme adds none)."""
     token = model.embed(tokens_BxT).astype(jnp.float32)
@@ -44,24 +44,31 @@ def input_parts(model: Seq2SeqTransformer, tokens_BxT: jax.Array, positions_BxT:
     return token, jnp.matmul(position, kernel_2DxD[d_model:], precision=HIGHEST)
 
 
-def token_table(model: Seq2SeqTransformer) -> jax.Array:
+def token_table(model: TokenModel) -> jax.Array:
     """Every token's part of the input, ``[V, D]`` (position-independent by construction)."""
     tokens_1xV = jnp.arange(model.config.vocab_size)[None]
     token, _ = input_parts(model, tokens_1xV, jnp.zeros_like(tokens_1xV))
     return token[0]
 
 
-def position_table(model: Seq2SeqTransformer, num_positions: int) -> jax.Array | None:
+def position_table(model: TokenModel, num_positions: int) -> jax.Array | None:
     """The position part of the input at positions ``0 .. P-1``, ``[P, D]``; None if none."""
     positions_1xP = jnp.arange(num_positions)[None]
     _, position = input_parts(model, jnp.zeros_like(positions_1xP), positions_1xP)
     return None if position is None else position[0]
 
 
-def first_layer_norms(model: Seq2SeqTransformer) -> dict[str, nnx.LayerNorm]:
+def stack_name(model: TokenModel) -> str:
+    """'encoder' or 'decoder': what a single-stack model's one stack is called in reports."""
+    return "decoder" if model.config.architecture == "decoder_only" else "encoder"
+
+
+def first_layer_norms(model: TokenModel) -> dict[str, nnx.LayerNorm]:
     """The LayerNorm that first sees the input in each stack (pre-LN only; post-LN has none)."""
     if model.config.norm != "pre":
         return {}
+    if model.config.single_stack:
+        return {stack_name(model): model.layers[0].attention_block.norm}
     norms = {}
     if len(model.encoder_layers):
         norms["encoder"] = model.encoder_layers[0].attention_block.norm

@@ -66,7 +66,7 @@ MODEL_DEFAULTS: dict[str, Any] = {
     "d_model": 64, "num_heads": 4, "num_encoder_layers": 2, "num_decoder_layers": 2,
     "d_ff": 256, "dropout_rate": 0.0, "activation": "gelu", "norm": "pre",
     "scale_embedding": True, "tie_output": True, "dtype": "float32",
-    "attention_implementation": "xla",
+    "attention_implementation": "xla", "architecture": "encoder_decoder",
 }
 DEFAULT_TASK = "reverse_string"
 
@@ -108,6 +108,9 @@ def complete(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 
 def _fill(block: ml_collections.ConfigDict, defaults: dict[str, Any]) -> None:
+    """Add missing keys, also inside nested blocks (``model.pe.randomize``)."""
     for key, value in defaults.items():
         if key not in block:
             block[key] = value
+        elif isinstance(value, dict) and isinstance(block[key], ml_collections.ConfigDict):
+            _fill(block[key], value)

@@ -152,9 +152,13 @@ def _check_lengths(config: ml_collections.ConfigDict, task: Task) -> None:
     check_data_config(task, config.data.to_dict(), lengths)
     low, high = config.data.train_lengths
     source, target = task.widest(range(low, max([high, *lengths]) + 1))
-    longest = max(source, target + 1)  # the target side carries BOS/EOS
-    padded = max(bucket_length(source, config.data.buckets),
-                 bucket_length(target + 1, config.data.buckets))
+    source_width = bucket_length(source, config.data.buckets)
+    target_width = bucket_length(target + 1, config.data.buckets)
+    if config.model.architecture == "encoder_decoder":
+        longest = max(source, target + 1)  # the target side carries BOS/EOS
+        padded = max(source_width, target_width)
+    else:  # one sequence: the source, then the target side
+        longest, padded = source + target + 1, source_width + target_width
     pe = config.model.pe.to_dict()
     scheme_class(pe["type"]).check_positions(pe, padded)
     check_randomize(pe, longest)

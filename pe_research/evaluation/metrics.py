@@ -21,6 +21,7 @@ import numpy as np
 import optax
 
 from pe_research.errors import ConfigError
+from pe_research.special_tokens import EOS_ID
 
 Z_95 = 1.959963984540054  # two-sided 95% normal quantile
 HEADLINE = "exact_match"
@@ -42,6 +43,11 @@ class Outputs:
         """Rows holding an example (rows that only pad the batch dimension have no token)."""
         return jnp.any(self.mask, axis=-1)
 
+    @property
+    def output(self) -> jax.Array:
+        """``[B, T]`` True on the task's output tokens: the real targets before the end token."""
+        return self.mask & (self.targets != EOS_ID)
+
     def token_hits(self, predictions_BxT: jax.Array) -> jax.Array:
         """Per-example count ``[B]`` of real target tokens predicted right."""
         return jnp.sum((predictions_BxT == self.targets) & self.mask, axis=-1)
@@ -55,6 +61,7 @@ class Outputs:
 COUNTS: dict[str, Callable[[Outputs], jax.Array]] = {
     "tokens": lambda o: jnp.sum(o.mask, axis=-1),
     "sequences": lambda o: o.real,
+    "output_tokens": lambda o: jnp.sum(o.output, axis=-1),
 }
 
 
@@ -156,6 +163,14 @@ register(Metric("exact_match", lambda o: o.sequence_hits(o.decoded), "sequences"
                 "decoded exact match", "%", decoded=True, interval=True))
 register(Metric("decoded_token_accuracy", lambda o: o.token_hits(o.decoded), "tokens",
                 "decoded token accuracy", "%", decoded=True))
+# The Chomsky-hierarchy / randomized-PE papers' score: per-token accuracy on the output tokens
+# (nothing after the end token counts), averaged over the test lengths: `accuracy_fn` and
+# `accuracy_mask` of GeneralizationTask in tasks/task.py and range_evaluation.py of
+# google-deepmind/neural_networks_chomsky_hierarchy (Deletang et al. 2023).
+register(Metric("output_token_accuracy",
+                lambda o: jnp.sum((o.decoded == o.targets) & o.output, axis=-1),
+                "output_tokens", "decoded per-token accuracy on output tokens (the papers')", "%",
+                decoded=True))
 register(Metric("token_accuracy", lambda o: o.token_hits(_forced(o)), "tokens",
                 "teacher-forced token accuracy", "%"))
 register(Metric("sequence_accuracy", lambda o: o.sequence_hits(_forced(o)), "sequences",

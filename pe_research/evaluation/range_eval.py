@@ -86,11 +86,12 @@ def example_statistics(model: Any, batch: Mapping[str, jax.Array],
                        position_key: jax.Array) -> dict[str, jax.Array]:
     """Per-example ``[B]`` numerators and counts of every metric; traced once per shape."""
     pe = model.config.pe
-    source_positions, target_positions = batch_positions(pe, batch, position_key, training=False)
+    source_positions, target_positions = batch_positions(pe, batch, position_key, training=False,
+                                                         architecture=model.config.architecture)
     logits = model(batch["source"], batch["target_input"], source_positions, target_positions,
                    batch["source_mask"], batch["target_mask"])
     decoded = greedy_decode(model, batch["source"], source_positions, batch["source_mask"],
-                            target_positions, eos_id=EOS_ID)
+                            target_positions, target_mask_BxT=batch["target_mask"], eos_id=EOS_ID)
     outputs = Outputs(logits, batch["target_output"], batch["target_mask"], decoded)
     return example_sums(outputs, list(METRICS.values()))
 
@@ -102,18 +103,22 @@ def eval_position_key(seed: int) -> jax.Array:
 PROGRESS_DELAY_S = 3.0  # a bar only for evaluations a person waits for
 
 
-def check_positions_fit(pe: Mapping[str, Any], widths: Mapping[int, tuple[int, int]]) -> None:
-    """ConfigError before compiling if the scheme cannot represent the positions needed."""
+def check_positions_fit(pe: Mapping[str, Any], widths: Mapping[int, tuple[int, int]],
+                        single_stack: bool = False) -> None:
+    """ConfigError before compiling if the scheme cannot represent the positions needed (a
+    single-stack model's positions run over source and target together)."""
     max_position, policy = randomize_settings(pe)
     randomized = max_position > 0 and policy == "randomized"
     for length, (source_width, target_width) in sorted(widths.items()):
-        needed = max_position if randomized else max(source_width, target_width)
+        joint = source_width + target_width if single_stack else max(source_width,
+                                                                     target_width)
+        needed = max_position if randomized else joint
         try:
             scheme_class(pe["type"]).check_positions(pe, needed)
         except ConfigError as error:
             raise ConfigError(error.key, error.value,
                               f"{error.valid} (task length {length} is padded to "
-                              f"{max(source_width, target_width)} tokens)") from None
+                              f"{joint} tokens)") from None
 
 
 class RangeEvaluator:
@@ -144,7 +149,8 @@ class RangeEvaluator:
             first = next(data.eval_batches(dataset, length, batch_size, buckets,
                                            jax.process_index(), jax.process_count()))
             widths[length] = (first["source"].shape[1], first["target_input"].shape[1])
-        check_positions_fit(self.config.model.pe, widths)
+        check_positions_fit(self.config.model.pe, widths,
+                            self.config.model.architecture != "encoder_decoder")
         return widths
 
     def __call__(self, params: Any, dataset: Any, lengths: Sequence[int], batch_size: int,

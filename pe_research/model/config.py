@@ -9,12 +9,17 @@ from typing import Any
 import jax.numpy as jnp
 
 from pe_research.errors import ConfigError, check_choice
+from pe_research.positional.base import DECODER_SELF, ENCODER_SELF, AttentionKind
 from pe_research.positional.registry import check_pe_config, scheme_class
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 ACTIVATIONS = ("gelu", "relu")
 NORM_PLACEMENTS = ("pre", "post")
 ATTENTION_IMPLEMENTATIONS = ("xla", "cudnn")
+# encoder_decoder: the seq2seq Transformer. encoder_only: one bidirectional stack over the source
+# followed by one slot per output token (num_encoder_layers layers). decoder_only: one causal
+# stack over source, SEP, target (num_decoder_layers layers).
+ARCHITECTURES = ("encoder_decoder", "encoder_only", "decoder_only")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +39,7 @@ class ModelConfig:
     tie_output: bool = True
     dtype: str = "float32"
     attention_implementation: str = "xla"
+    architecture: str = "encoder_decoder"
     pe: Mapping[str, Any] = dataclasses.field(default_factory=lambda: {"type": "none"})
 
     @property
@@ -62,6 +68,7 @@ class ModelConfig:
         check_choice("model.activation", self.activation, ACTIVATIONS)
         check_choice("model.norm", self.norm, NORM_PLACEMENTS)
         check_choice("model.dtype", self.dtype, tuple(DTYPES))
+        check_choice("model.architecture", self.architecture, ARCHITECTURES)
         check_choice("model.attention_implementation", self.attention_implementation,
                 ATTENTION_IMPLEMENTATIONS)
         for key in ("vocab_size", "d_model", "num_heads", "d_ff"):
@@ -73,6 +80,7 @@ class ModelConfig:
         if not 0.0 <= self.dropout_rate < 1.0:
             raise ConfigError("model.dropout_rate", self.dropout_rate, "in [0, 1)")
         check_pe_config(self.pe, d_model=self.d_model, num_heads=self.num_heads)
+        self.check_scheme_acts()
         if self.split_input:
             if self.d_model % 2:
                 raise ConfigError("model.d_model", self.d_model,
@@ -84,6 +92,41 @@ class ModelConfig:
                                   "cannot read out a d_model-wide output")
             scheme_class(self.pe["type"]).check_config(self.pe, d_model=self.d_model // 2,
                                                        num_heads=self.num_heads)
+
+    @property
+    def single_stack(self) -> bool:
+        """True for encoder-only and decoder-only models (one stack over source and target)."""
+        return self.architecture != "encoder_decoder"
+
+    @property
+    def stack_kind(self) -> AttentionKind:
+        """The one attention kind of a single-stack model."""
+        return DECODER_SELF if self.architecture == "decoder_only" else ENCODER_SELF
+
+    @property
+    def num_layers(self) -> int:
+        """Layers of a single-stack model: num_encoder_layers (encoder-only) or
+        num_decoder_layers (decoder-only)."""
+        return (self.num_decoder_layers if self.architecture == "decoder_only"
+                else self.num_encoder_layers)
+
+    def check_scheme_acts(self) -> None:
+        """ConfigError when the scheme has no way to reach a single-stack model's attention."""
+        if not self.single_stack:
+            return
+        scheme = scheme_class(self.pe["type"])
+        if (scheme.acts_in and not scheme.adds_input_vectors
+                and self.stack_kind not in scheme.acts_in):
+            kinds = sorted(kind.value for kind in scheme.acts_in)
+            raise ConfigError("model.pe.type", self.pe["type"],
+                              f"acts only in {kinds} attention, and model.architecture="
+                              f"{self.architecture!r} has only {self.stack_kind.value} "
+                              "attention; choose another scheme or architecture")
+        if self.num_layers < 1:
+            key = ("model.num_decoder_layers" if self.architecture == "decoder_only"
+                   else "model.num_encoder_layers")
+            raise ConfigError(key, self.num_layers, f"the number of layers of the "
+                              f"{self.architecture} model; at least 1")
 
     @property
     def split_input(self) -> bool:

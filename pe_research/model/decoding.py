@@ -3,6 +3,10 @@
 Both run inside one compiled loop whose trip count is bounded by the static target length T
 (the length bucket), so a jitted caller compiles once per bucket. A sequence is finished once it
 emits EOS; afterwards it emits PAD, and the loop exits when every sequence is finished.
+
+By architecture: the encoder-decoder encodes once and decodes with a cache; the decoder-only
+model prefills source and SEP into its cache and then generates; the encoder-only model reads
+all outputs at once at its slots (it is given the number of outputs, ``target_mask``).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from pe_research.model.single_stack import left_align
 from pe_research.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 NEVER = -1  # an eos_id that never matches: decode all T steps (speed measurements)
@@ -34,12 +39,21 @@ def _running(step: jax.Array, length: int, done_B: jax.Array) -> jax.Array:
 
 def greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.Array,
                   source_mask_BxS: jax.Array, target_positions_BxT: jax.Array, *,
-                  bos_id: int = BOS_ID, eos_id: int = EOS_ID, pad_id: int = PAD_ID) -> jax.Array:
+                  target_mask_BxT: jax.Array | None = None, bos_id: int = BOS_ID,
+                  eos_id: int = EOS_ID, pad_id: int = PAD_ID) -> jax.Array:
     """Greedy tokens ``[B, T]`` (int32) with a key/value cache; T = target_positions' length.
 
     Step t feeds the token chosen at step t-1 (BOS at t = 0) at position
     ``target_positions_BxT[:, t]`` and keeps every earlier key/value in the cache.
+    ``target_mask_BxT`` (the output slots) is read by the encoder-only model only.
     """
+    architecture = model.config.architecture
+    if architecture == "encoder_only":
+        return slot_decode(model, source_BxS, source_positions_BxS, source_mask_BxS,
+                           target_positions_BxT, target_mask_BxT, pad_id)
+    if architecture == "decoder_only":
+        return causal_greedy_decode(model, source_BxS, source_positions_BxS, source_mask_BxS,
+                                    target_positions_BxT, bos_id, eos_id, pad_id)
     batch, length = target_positions_BxT.shape
     encoded_BxSxD = model.encode(source_BxS, source_positions_BxS, source_mask_BxS)
     graphdef, state = nnx.split(model)
@@ -69,7 +83,12 @@ def naive_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS:
     No cache: the causal mask alone hides the not-yet-decoded slots. Same output contract.
     """
     batch, length = target_positions_BxT.shape
-    encoded_BxSxD = model.encode(source_BxS, source_positions_BxS, source_mask_BxS)
+    if model.config.architecture == "encoder_only":
+        return slot_decode(model, source_BxS, source_positions_BxS, source_mask_BxS,
+                           target_positions_BxT, None, pad_id)
+    single_stack = model.config.architecture == "decoder_only"
+    encoded_BxSxD = None if single_stack else model.encode(source_BxS, source_positions_BxS,
+                                                            source_mask_BxS)
     graphdef, state = nnx.split(model)
     output_BxT, done_B = _first_state(batch, length, pad_id)
     inputs_BxT = output_BxT.at[:, 0].set(bos_id)
@@ -77,9 +96,13 @@ def naive_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS:
 
     def body(carry):
         step, inputs_BxT, output_BxT, done_B = carry
-        logits_BxTxV = nnx.merge(graphdef, state).decode(
-            inputs_BxT, target_positions_BxT, encoded_BxSxD, source_positions_BxS,
-            source_mask_BxS, all_real_BxT)
+        current = nnx.merge(graphdef, state)
+        if single_stack:
+            logits_BxTxV = current(source_BxS, inputs_BxT, source_positions_BxS,
+                                   target_positions_BxT, source_mask_BxS, all_real_BxT)
+        else:
+            logits_BxTxV = current.decode(inputs_BxT, target_positions_BxT, encoded_BxSxD,
+                                          source_positions_BxS, source_mask_BxS, all_real_BxT)
         logits_BxV = jax.lax.dynamic_index_in_dim(logits_BxTxV, step, axis=1, keepdims=False)
         next_B = _choose(logits_BxV, done_B, pad_id)
         inputs_BxT = inputs_BxT.at[:, step + 1].set(next_B, mode="drop")
@@ -89,3 +112,62 @@ def naive_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS:
     carry = (jnp.zeros((), jnp.int32), inputs_BxT, output_BxT, done_B)
     carry = jax.lax.while_loop(lambda c: _running(c[0], length, c[3]), body, carry)
     return carry[2]
+
+
+def slot_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.Array,
+                source_mask_BxS: jax.Array, target_positions_BxT: jax.Array,
+                target_mask_BxT: jax.Array | None, pad_id: int = PAD_ID) -> jax.Array:
+    """Encoder-only: the argmax at every real output slot (PAD elsewhere), in one pass."""
+    if target_mask_BxT is None:
+        target_mask_BxT = jnp.ones(target_positions_BxT.shape, bool)
+    unused_BxT = jnp.zeros(target_positions_BxT.shape, jnp.int32)  # slots ignore their tokens
+    logits_BxTxV = model(source_BxS, unused_BxT, source_positions_BxS, target_positions_BxT,
+                         source_mask_BxS, target_mask_BxT)
+    return jnp.where(target_mask_BxT, jnp.argmax(logits_BxTxV, axis=-1).astype(jnp.int32),
+                     pad_id)
+
+
+def causal_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.Array,
+                         source_mask_BxS: jax.Array, target_positions_BxT: jax.Array,
+                         bos_id: int = BOS_ID, eos_id: int = EOS_ID,
+                         pad_id: int = PAD_ID) -> jax.Array:
+    """Decoder-only: prefill ``source SEP`` into the cache, then one token per step.
+
+    The joint sequence is that of ``SingleStackTransformer`` (source left-aligned in its S
+    slots, target from index S), so the cached and the teacher-forced model see the same keys.
+    """
+    batch, length = target_positions_BxT.shape
+    width = source_BxS.shape[1]
+    total = width + length
+    count_B = jnp.sum(source_mask_BxS, axis=-1)
+    key_real_BxW = jnp.concatenate([left_align(source_mask_BxS, count_B, False),
+                                    jnp.ones((batch, length), bool)], 1)
+    tokens = jnp.concatenate([left_align(source_BxS, count_B, pad_id),
+                              jnp.full((batch, 1), bos_id, jnp.int32)], 1)
+    positions = jnp.concatenate([left_align(source_positions_BxS, count_B, 0),
+                                 target_positions_BxT[:, :1]], 1)
+    keys_W, queries_L = jnp.arange(total), jnp.arange(width + 1)
+    visible = (keys_W[None, :] <= queries_L[:, None])[None] & key_real_BxW[:, None, :]
+    visible = visible | ((keys_W[None, :] == queries_L[:, None])[None]
+                         & ~key_real_BxW[:, :width + 1, None])  # a padding query sees itself
+    cache = model.empty_cache(batch, total, len(model.layers))
+    logits_BxV, cache = model.run_cached(tokens, positions, visible, cache)
+    graphdef, state = nnx.split(model)
+    output_BxT, done_B = _first_state(batch, length, pad_id)
+    first_B = _choose(logits_BxV, done_B, pad_id)
+    output_BxT = output_BxT.at[:, 0].set(first_B)
+
+    def body(carry):
+        step, tokens_Bx1, cache, output_BxT, done_B = carry
+        positions_Bx1 = jax.lax.dynamic_slice_in_dim(target_positions_BxT, step, 1, axis=1)
+        visible_Bx1xW = ((keys_W <= width + step)[None, None, :] & key_real_BxW[:, None, :])
+        logits_BxV, cache = nnx.merge(graphdef, state).run_cached(
+            tokens_Bx1, positions_Bx1, visible_Bx1xW, cache)
+        next_B = _choose(logits_BxV, done_B, pad_id)
+        output_BxT = output_BxT.at[:, step].set(next_B)
+        return step + 1, next_B[:, None], cache, output_BxT, done_B | (next_B == eos_id)
+
+    carry = (jnp.ones((), jnp.int32), first_B[:, None], cache, output_BxT,
+             first_B == eos_id)
+    carry = jax.lax.while_loop(lambda c: _running(c[0], length, c[4]), body, carry)
+    return carry[3]

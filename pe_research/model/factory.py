@@ -6,7 +6,8 @@ import ml_collections
 from flax import nnx
 
 from pe_research.model.config import ModelConfig
-from pe_research.model.transformer import Seq2SeqTransformer
+from pe_research.model.single_stack import SingleStackTransformer
+from pe_research.model.transformer import Seq2SeqTransformer, TokenModel
 
 
 def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> ModelConfig:
@@ -14,11 +15,13 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int) -> ModelCon
     return ModelConfig.from_mapping({**config.model.to_dict(), "vocab_size": vocab_size})
 
 
-def build_model(config: ml_collections.ConfigDict, vocab_size: int) -> Seq2SeqTransformer:
-    """A freshly initialised model (parameters from ``config.seed``)."""
-    return Seq2SeqTransformer(model_config(config, vocab_size), rngs=nnx.Rngs(config.seed))
+def build_model(config: ml_collections.ConfigDict, vocab_size: int) -> TokenModel:
+    """A freshly initialised model of ``model.architecture`` (parameters from ``config.seed``)."""
+    typed = model_config(config, vocab_size)
+    architecture = SingleStackTransformer if typed.single_stack else Seq2SeqTransformer
+    return architecture(typed, rngs=nnx.Rngs(config.seed))
 
 
-def abstract_model(config: ml_collections.ConfigDict, vocab_size: int) -> Seq2SeqTransformer:
+def abstract_model(config: ml_collections.ConfigDict, vocab_size: int) -> TokenModel:
     """The model's structure with shape/dtype placeholders instead of arrays (no compute)."""
     return nnx.eval_shape(lambda: build_model(config, vocab_size))

@@ -76,22 +76,36 @@ def layer_scheme(config: ModelConfig, kinds: frozenset[AttentionKind], rngs: nnx
     return build_scheme(config.pe, d_model=config.d_model, num_heads=config.num_heads, rngs=rngs)
 
 
-class EncoderLayer(nnx.Module):
-    """Bidirectional self-attention then feed-forward."""
+def self_attend(attention: MultiHeadAttention, h_BxTxD: jax.Array, positions_BxT: jax.Array,
+                mask_BxTxS: jax.Array, pe, cache: dict | None) -> jax.Array:
+    """Self-attention of ``h``; with ``cache`` (k/v/positions dict, updated in place) the new keys
+    are written to it and the queries attend over everything cached so far."""
+    if cache is None:
+        return attention(h_BxTxD, h_BxTxD, positions_BxT, positions_BxT, mask_BxTxS, pe)
+    k, v = attention.project_kv(h_BxTxD)
+    cache.update(write_cache(cache, k, v, positions_BxT))
+    return attention.attend(h_BxTxD, cache["k"], cache["v"], positions_BxT, cache["positions"],
+                            mask_BxTxS, pe)
 
-    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
-        self.self_attention = make_attention(config, ENCODER_SELF, rngs)
+
+class EncoderLayer(nnx.Module):
+    """Self-attention then feed-forward: bidirectional (ENCODER_SELF), or causal (DECODER_SELF,
+    the layer of a decoder-only model, which may run with a key/value cache)."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs,
+                 kind: AttentionKind = ENCODER_SELF):
+        self.self_attention = make_attention(config, kind, rngs)
         self.feed_forward = FeedForward(config, rngs=rngs)
         self.attention_block = Sublayer(config, rngs=rngs)
         self.feed_forward_block = Sublayer(config, rngs=rngs)
-        self.own_pe = layer_scheme(config, frozenset({ENCODER_SELF}), rngs)
+        self.own_pe = layer_scheme(config, frozenset({kind}), rngs)
 
-    def __call__(self, x_BxSxD, positions_BxS, mask_BxSxS, pe, key):
+    def __call__(self, x_BxSxD, positions_BxS, mask_BxSxS, pe, key, cache=None):
         pe = self.own_pe or pe
         keys = split_key(key, 3)
         x = self.attention_block(
             x_BxSxD,
-            lambda h: self.self_attention(h, h, positions_BxS, positions_BxS, mask_BxSxS, pe),
+            lambda h: self_attend(self.self_attention, h, positions_BxS, mask_BxSxS, pe, cache),
             keys[0])
         return self.feed_forward_block(x, lambda h: self.feed_forward(h, keys[1]), keys[2])
 
@@ -113,16 +127,11 @@ class DecoderLayer(nnx.Module):
         """One layer; with ``cache`` (k/v/positions dict), self-attention keys come from it."""
         pe = self.own_pe or pe
         keys = split_key(key, 4)
-
-        def self_attend(h):
-            if cache is None:
-                return self.self_attention(h, h, positions_BxT, positions_BxT, self_mask_BxTxT, pe)
-            k, v = self.self_attention.project_kv(h)
-            cache.update(write_cache(cache, k, v, positions_BxT))
-            return self.self_attention.attend(h, cache["k"], cache["v"], positions_BxT,
-                                              cache["positions"], self_mask_BxTxT, pe)
-
-        y = self.self_block(y_BxTxD, self_attend, keys[0])
+        y = self.self_block(
+            y_BxTxD,
+            lambda h: self_attend(self.self_attention, h, positions_BxT, self_mask_BxTxT, pe,
+                                  cache),
+            keys[0])
         y = self.cross_block(
             y,
             lambda h: self.cross_attention(h, encoded_BxSxD, positions_BxT, source_positions_BxS,

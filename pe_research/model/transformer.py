@@ -1,4 +1,9 @@
-"""The encoder-decoder Transformer; positions are explicit inputs, the scheme fills the hooks."""
+"""The encoder-decoder Transformer; positions are explicit inputs, the scheme fills the hooks.
+
+``TokenModel`` holds what every architecture shares (token embedding combined with the scheme's
+input vectors, the output projection, the empty decoding cache); ``single_stack.py`` builds the
+encoder-only and decoder-only models on it.
+"""
 
 from __future__ import annotations
 
@@ -27,30 +32,42 @@ def shared_scheme(config: ModelConfig, rngs: nnx.Rngs) -> PositionalScheme:
     return build_scheme(config.pe, d_model=width, num_heads=config.num_heads, rngs=rngs)
 
 
-class Seq2SeqTransformer(nnx.Module):
-    """Token embedding (+ positional input), encoder stack, decoder stack, output projection."""
+def input_modules(config: ModelConfig, rngs: nnx.Rngs) -> tuple[PositionalScheme, nnx.Embed,
+                                                                  nnx.Linear | None]:
+    """The shared scheme, the token embedding and (for combine=concat) the input projection."""
+    pe = shared_scheme(config, rngs)
+    embed = nnx.Embed(config.vocab_size, config.token_width, dtype=config.compute_dtype,
+                      param_dtype=jnp.float32, rngs=rngs)
+    concat = type(pe).adds_input_vectors and config.pe.get("combine", "add") == "concat"
+    projection = (nnx.Linear(2 * config.d_model, config.d_model, dtype=config.compute_dtype,
+                             param_dtype=jnp.float32, rngs=rngs) if concat else None)
+    return pe, embed, projection
 
-    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
-        self.config = config
-        dtype = config.compute_dtype
-        self.pe = shared_scheme(config, rngs)
-        self.embed = nnx.Embed(config.vocab_size, config.token_width, dtype=dtype,
-                               param_dtype=jnp.float32, rngs=rngs)
-        concat = type(self.pe).adds_input_vectors and config.pe.get("combine", "add") == "concat"
-        self.input_projection = (
-            nnx.Linear(2 * config.d_model, config.d_model, dtype=dtype, param_dtype=jnp.float32,
-                       rngs=rngs) if concat else None)
-        self.encoder_layers = nnx.List(
-            [EncoderLayer(config, rngs=rngs) for _ in range(config.num_encoder_layers)])
-        self.decoder_layers = nnx.List(
-            [DecoderLayer(config, rngs=rngs) for _ in range(config.num_decoder_layers)])
-        pre_norm = config.norm == "pre"
-        norm = lambda: nnx.LayerNorm(config.d_model, dtype=dtype, param_dtype=jnp.float32,
-                                     rngs=rngs)
-        self.encoder_norm = norm() if pre_norm else None
-        self.decoder_norm = norm() if pre_norm else None
-        self.output_projection = None if config.tie_output else nnx.Linear(
-            config.d_model, config.vocab_size, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+
+def stack_norm(config: ModelConfig, rngs: nnx.Rngs) -> nnx.LayerNorm | None:
+    """The LayerNorm after a stack of a pre-LN model (None for post-LN)."""
+    return nnx.LayerNorm(config.d_model, dtype=config.compute_dtype, param_dtype=jnp.float32,
+                         rngs=rngs) if config.norm == "pre" else None
+
+
+def output_projection(config: ModelConfig, rngs: nnx.Rngs) -> nnx.Linear | None:
+    """The untied output projection, or None when the output reuses the token embedding."""
+    return None if config.tie_output else nnx.Linear(
+        config.d_model, config.vocab_size, dtype=config.compute_dtype, param_dtype=jnp.float32,
+        rngs=rngs)
+
+
+class TokenModel(nnx.Module):
+    """Token embedding with positional input, output projection: shared by every architecture.
+
+    Subclasses set ``config``, ``pe``, ``embed``, ``input_projection``, ``output_projection``
+    and name their final LayerNorm in ``final_norm_module``.
+    """
+
+    config: ModelConfig
+
+    def final_norm_module(self) -> nnx.LayerNorm | None:
+        raise NotImplementedError
 
     def embed_inputs(self, tokens_BxT: jax.Array, positions_BxT: jax.Array,
                      key: jax.Array | None) -> jax.Array:
@@ -69,6 +86,45 @@ class Seq2SeqTransformer(nnx.Module):
             else:
                 x = self.input_projection(jnp.concatenate([x, vectors], axis=-1))
         return dropout(x, self.config.dropout_rate, key)
+
+    def logits(self, y_BxTxD: jax.Array) -> jax.Array:
+        """Final norm and (tied or separate) output projection, in float32."""
+        norm = self.final_norm_module()
+        if norm is not None:
+            y_BxTxD = norm(y_BxTxD)
+        if self.output_projection is None:
+            return self.embed.attend(y_BxTxD).astype(jnp.float32)
+        return self.output_projection(y_BxTxD).astype(jnp.float32)
+
+    def empty_cache(self, batch_size: int, max_length: int,
+                    layers: int) -> list[dict[str, jax.Array]]:
+        """Zeroed keys, values and positions for ``max_length`` tokens, one dict per layer."""
+        shape = (batch_size, max_length, self.config.num_heads, self.config.head_dim)
+        return [
+            {"k": jnp.zeros(shape, self.config.compute_dtype),
+             "v": jnp.zeros(shape, self.config.compute_dtype),
+             "positions": jnp.zeros((batch_size, max_length), jnp.int32),
+             "index": jnp.zeros((), jnp.int32)}
+            for _ in range(layers)
+        ]
+
+
+class Seq2SeqTransformer(TokenModel):
+    """Token embedding (+ positional input), encoder stack, decoder stack, output projection."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        self.config = config
+        self.pe, self.embed, self.input_projection = input_modules(config, rngs)
+        self.encoder_layers = nnx.List(
+            [EncoderLayer(config, rngs=rngs) for _ in range(config.num_encoder_layers)])
+        self.decoder_layers = nnx.List(
+            [DecoderLayer(config, rngs=rngs) for _ in range(config.num_decoder_layers)])
+        self.encoder_norm = stack_norm(config, rngs)
+        self.decoder_norm = stack_norm(config, rngs)
+        self.output_projection = output_projection(config, rngs)
+
+    def final_norm_module(self) -> nnx.LayerNorm | None:
+        return self.decoder_norm
 
     def encode(self, source_BxS: jax.Array, source_positions_BxS: jax.Array,
                source_mask_BxS: jax.Array, key: jax.Array | None = None) -> jax.Array:
@@ -94,14 +150,6 @@ class Seq2SeqTransformer(nnx.Module):
                       source_mask, self.pe, layer_key)
         return self.logits(y)
 
-    def logits(self, y_BxTxD: jax.Array) -> jax.Array:
-        """Final norm and (tied or separate) output projection, in float32."""
-        if self.decoder_norm is not None:
-            y_BxTxD = self.decoder_norm(y_BxTxD)
-        if self.output_projection is None:
-            return self.embed.attend(y_BxTxD).astype(jnp.float32)
-        return self.output_projection(y_BxTxD).astype(jnp.float32)
-
     def __call__(self, source_BxS: jax.Array, target_input_BxT: jax.Array,
                  source_positions_BxS: jax.Array, target_positions_BxT: jax.Array,
                  source_mask_BxS: jax.Array, target_mask_BxT: jax.Array,
@@ -114,14 +162,7 @@ class Seq2SeqTransformer(nnx.Module):
 
     def init_cache(self, batch_size: int, max_length: int) -> list[dict[str, jax.Array]]:
         """An empty key/value cache per decoder layer for ``max_length`` target tokens."""
-        shape = (batch_size, max_length, self.config.num_heads, self.config.head_dim)
-        return [
-            {"k": jnp.zeros(shape, self.config.compute_dtype),
-             "v": jnp.zeros(shape, self.config.compute_dtype),
-             "positions": jnp.zeros((batch_size, max_length), jnp.int32),
-             "index": jnp.zeros((), jnp.int32)}
-            for _ in self.decoder_layers
-        ]
+        return self.empty_cache(batch_size, max_length, len(self.decoder_layers))
 
     def decode_step(self, tokens_Bx1: jax.Array, positions_Bx1: jax.Array,
                     encoded_BxSxD: jax.Array, source_positions_BxS: jax.Array,

@@ -1,10 +1,14 @@
 """Randomized positions (Ruoss et al. 2023), an option of every scheme that consumes positions.
 
-``model.pe.randomize = {max_position: M, eval_policy: 'randomized' | 'plain'}``. With M > 0,
-the n real tokens of a sequence get a sorted, uniformly random n-subset of ``[0, M)`` instead of
-``0 .. n - 1``, so a model trained on short sequences has already seen every position (and every
-distance) up to M. Policy at evaluation: ``randomized`` (the paper's: sample at test time too,
-with the key the caller gives) or ``plain`` (``0 .. n - 1``). M = 0 turns it off.
+``model.pe.randomize = {max_position: M, eval_policy: 'randomized' | 'plain',
+per: 'example' | 'batch'}``. With M > 0, the n real tokens of a sequence get a sorted, uniformly
+random n-subset of ``[0, M)`` instead of ``0 .. n - 1``, so a model trained on short sequences has
+already seen every position (and every distance) up to M. Policy at evaluation: ``randomized``
+(the paper's: sample at test time too, with the key the caller gives) or ``plain``
+(``0 .. n - 1``). M = 0 turns it off. ``per``: ``example`` draws every row independently;
+``batch`` draws once per batch, as the paper's code does (``jnp.sort(jax.random.choice(key,
+max_len, (length,), replace=False))`` per batch in google-deepmind/randomized_positional_encodings,
+models/positional_encodings.py), so rows of equal length share their positions.
 
 Padding does not change the positions of real tokens: the subset is the top-n of M random scores,
 so the same key gives the same real positions at any padded length. Padded slots get the next
@@ -19,17 +23,24 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from pe_research.errors import ConfigError
+from pe_research.errors import ConfigError, check_choice
 from pe_research.positional.base import PositionalScheme
 
-RANDOMIZE_DEFAULTS: dict[str, Any] = {"max_position": 0, "eval_policy": "randomized"}
+RANDOMIZE_DEFAULTS: dict[str, Any] = {"max_position": 0, "eval_policy": "randomized",
+                                      "per": "example"}
 EVAL_POLICIES = ("randomized", "plain")
+DRAWS = ("example", "batch")
 
 
 def randomize_settings(pe: Mapping[str, Any]) -> tuple[int, str]:
     """``(max_position, eval_policy)`` of a ``model.pe`` block, defaults filled in."""
     block = {**RANDOMIZE_DEFAULTS, **dict(pe.get("randomize") or {})}
     return int(block["max_position"]), str(block["eval_policy"])
+
+
+def randomize_draw(pe: Mapping[str, Any]) -> str:
+    """``'example'`` or ``'batch'``: how often randomized positions are drawn."""
+    return str({**RANDOMIZE_DEFAULTS, **dict(pe.get("randomize") or {})}["per"])
 
 
 def check_randomize_config(pe: Mapping[str, Any], scheme: type[PositionalScheme]) -> None:
@@ -54,6 +65,7 @@ def check_randomize_config(pe: Mapping[str, Any], scheme: type[PositionalScheme]
     if policy not in EVAL_POLICIES:
         raise ConfigError("model.pe.randomize.eval_policy", policy,
                           f"choose one of {EVAL_POLICIES}")
+    check_choice("model.pe.randomize.per", block.get("per", "example"), DRAWS)
     if max_position and not getattr(scheme, "consumes_positions", True):
         raise ConfigError("model.pe.randomize.max_position", max_position,
                           f"scheme {scheme.name!r} does not use positions; set it to 0")
@@ -76,14 +88,17 @@ def plain_positions(mask_BxT: jax.Array) -> jax.Array:
     return jnp.broadcast_to(jnp.arange(mask_BxT.shape[-1], dtype=jnp.int32), mask_BxT.shape)
 
 
-def random_positions(key: jax.Array, mask_BxT: jax.Array, max_position: int) -> jax.Array:
+def random_positions(key: jax.Array, mask_BxT: jax.Array, max_position: int,
+                     per_batch: bool = False) -> jax.Array:
     """Sorted distinct random positions in ``[0, max_position)`` for real tokens, ``[B, T]``.
 
-    ``mask`` is True on the real tokens, a prefix of each row. Rows are sampled independently.
+    ``mask`` is True on the real tokens, a prefix of each row. Rows are sampled independently,
+    or with ``per_batch`` from one draw (rows with n real tokens then all get the same n).
     """
     batch, length = mask_BxT.shape
     sampled = min(length, max_position)
-    scores_BxM = jax.random.uniform(key, (batch, max_position))
+    scores_BxM = jax.random.uniform(key, (1 if per_batch else batch, max_position))
+    scores_BxM = jnp.broadcast_to(scores_BxM, (batch, max_position))
     _, chosen_BxK = jax.lax.top_k(scores_BxM, sampled)  # a random subset, in random order
     if sampled < length:  # only padding can lie beyond max_position slots (check_randomize)
         filler = jnp.full((batch, length - sampled), max_position - 1, chosen_BxK.dtype)
@@ -107,4 +122,5 @@ def make_positions(pe: Mapping[str, Any], mask_BxT: jax.Array, key: jax.Array | 
     if key is None:
         raise ValueError("randomized positions need an RNG key (model.pe.randomize.max_position "
                          f"= {max_position}, training={training}, eval_policy={policy!r})")
-    return random_positions(key, jnp.asarray(mask_BxT, bool), max_position)
+    return random_positions(key, jnp.asarray(mask_BxT, bool), max_position,
+                            per_batch=randomize_draw(pe) == "batch")

@@ -23,7 +23,7 @@ from jax.sharding import Mesh
 from pe_research.config import load_run_config, split_override
 from pe_research.errors import ConfigError
 from pe_research.mesh import data_mesh, replicated
-from pe_research.model import Seq2SeqTransformer, abstract_model, build_model
+from pe_research.model import TokenModel, abstract_model, build_model
 from pe_research.runs.checkpoint import Checkpointer, abstract_like, run_checkpointer
 from pe_research.runs.run_dir import RunDir
 from pe_research.tasks import Task, Vocabulary, get_task
@@ -49,7 +49,7 @@ class LoadedRun:
     mesh: Mesh
 
     @property
-    def model(self) -> Seq2SeqTransformer:
+    def model(self) -> TokenModel:
         """The restored model as an NNX module (parameters shared with ``params``)."""
         return nnx.merge(self.graphdef, self.params, self.rest)
 

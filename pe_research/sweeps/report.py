@@ -4,7 +4,8 @@ Each grid point's members are evaluated together (``evaluate_members``: one prog
 over members) and each gets ``RUN_DIR/eval/eval.{json,csv,png}`` as ``pe-research eval``
 writes them. Runs are then compared per task and training range, grouped by the swept keys
 (mean ± std and max over seeds): ``SWEEP_DIR/report/<task>/comparison.{md,csv,png}``, and every
-table in ``SWEEP_DIR/report/summary.md``.
+table in ``SWEEP_DIR/report/summary.md``. A sweep over several tasks also gets the papers'
+table (``evaluation/paper_table.py``): ``SWEEP_DIR/report/paper_table.{md,csv,png}``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from pe_research.atomic_files import atomic_write_text
 from pe_research.config.naming import value_name
 from pe_research.evaluation.compare import compare_runs, config_value
+from pe_research.evaluation.paper_table import write_paper_table
 from pe_research.evaluation.range_eval import evaluate_members
 from pe_research.evaluation.results import write_results
 from pe_research.runs.restore import load_run
@@ -89,6 +91,13 @@ def report(sweep_dir: SweepDir, *, reevaluate: bool = False) -> dict[str, Path]:
         written[name] = paths["markdown"]
         body = paths["markdown"].read_text().replace("# ", "## ", 1)
         sections += [body.replace("Figure: ", f"Figure: {name}/"), ""]
+    finished = [run_dir for run_dirs in comparison_groups(manifest, sweep_dir.root).values()
+                for run_dir in run_dirs]
+    if len({RunDir(d).read_config()["task"]["name"] for d in finished}) > 1:
+        table = write_paper_table(finished, sweep_dir.report)
+        written["paper_table"] = table["markdown"]
+        sections += [table["markdown"].read_text().replace("# ", "## ", 1),
+                     f"Figure: {table['png'].name}", ""]
     unfinished = [relative for relative, run in manifest["runs"].items()
                   if run["state"] != "done"]
     if unfinished:

@@ -108,6 +108,16 @@ def point_name(overrides: Mapping[str, Any], labels: Mapping[str, str]) -> str:
     return ",".join(parts) or "base"
 
 
+def varying_keys(grid: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> set[str]:
+    """The keys that tell grid points apart: those whose value (or presence) differs between
+    points; every key of a one-point grid."""
+    if len(grid) == 1:
+        return set(keys)
+    missing = object()
+    return {key for key in keys
+            if len({repr(point.get(key, missing)) for point in grid}) > 1}
+
+
 def member_name(seed: int, learning_rate: float | None) -> str:
     return f"seed_{seed}" if learning_rate is None else f"seed_{seed}_lr_{learning_rate:g}"
 
@@ -143,12 +153,13 @@ def load_sweep(path: str | Path, overrides: Sequence[str] = ()) -> SweepPlan:
             raise ConfigError(key, None, "is the stacked member axis, not a grid key; use "
                               "Sweep(seeds=..., learning_rates=...)")
     labels = short_keys(keys)
+    named = varying_keys(grid, keys)
     unknown = set(spec.slurm) - set(SLURM_KEYS)
     if unknown:
         raise ConfigError("Sweep.slurm", sorted(unknown), f"keys are {SLURM_KEYS}")
     points, names = [], set()
     for index, overrides_i in enumerate(grid):
-        name = point_name(overrides_i, labels)
+        name = point_name({k: v for k, v in overrides_i.items() if k in named}, labels)
         if name in names:
             name = f"{name}_{index}"
         names.add(name)

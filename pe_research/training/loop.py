@@ -26,7 +26,7 @@ from jax.sharding import Mesh
 from tqdm import tqdm
 
 from pe_research import data
-from pe_research.config import save_config, to_dict, validate_config
+from pe_research.config import from_mapping, save_config, to_dict, validate_config
 from pe_research.errors import ConfigError
 from pe_research.mesh import (
     check_batch_fits,
@@ -96,7 +96,9 @@ def config_changes(config: ml_collections.ConfigDict, run_dir: Path) -> dict[str
     path = RunDir(run_dir).config
     if not path.exists():
         return {}
-    old, new = flat_config(RunDir(run_dir).read_config()), flat_config(to_dict(config))
+    # Completed with today's defaults, so keys added since the run was written are no change.
+    old = flat_config(to_dict(from_mapping(RunDir(run_dir).read_config())))
+    new = flat_config(to_dict(config))
     differing = [key for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
     refused = [key for key in differing if not key.startswith(RESUMABLE_CHANGES)]
     if refused:

@@ -27,7 +27,7 @@ from pe_research.evaluation.metrics import (
 )
 from pe_research.evaluation.metrics import summarize as summarize_sums
 from pe_research.mesh import member_sharded, replicated
-from pe_research.model import Seq2SeqTransformer, build_model
+from pe_research.model import TokenModel, build_model
 from pe_research.positional.randomize import make_positions
 from pe_research.training.optimizer import make_optimizer
 
@@ -35,19 +35,33 @@ Batch = Mapping[str, jax.Array]
 EVAL_KEY_TAG = 0x0E7A1  # folded into the seed for evaluation-time random positions
 
 
-def batch_positions(pe: Mapping[str, Any], batch: Batch, key: jax.Array,
-                    training: bool) -> tuple[jax.Array, jax.Array]:
-    """Source ``[B, S]`` and target ``[B, T]`` positions for a batch."""
-    source_key, target_key = jax.random.split(key)
-    return (make_positions(pe, batch["source_mask"], source_key, training),
-            make_positions(pe, batch["target_mask"], target_key, training))
+def batch_positions(pe: Mapping[str, Any], batch: Batch, key: jax.Array, training: bool,
+                    architecture: str = "encoder_decoder") -> tuple[jax.Array, jax.Array]:
+    """Source ``[B, S]`` and target ``[B, T]`` positions for a batch.
+
+    Encoder-decoder: each side from 0 (or drawn) on its own. Single-stack models: one draw over
+    the source followed by the target, so target position j of a row with n source tokens is
+    the joint sequence's position n + j.
+    """
+    if architecture == "encoder_decoder":
+        source_key, target_key = jax.random.split(key)
+        return (make_positions(pe, batch["source_mask"], source_key, training),
+                make_positions(pe, batch["target_mask"], target_key, training))
+    source_mask, target_mask = batch["source_mask"], batch["target_mask"]
+    width, length = source_mask.shape[1], target_mask.shape[1]
+    count_B = jnp.sum(source_mask, axis=-1)
+    real = jnp.sum(target_mask, axis=-1) + count_B
+    joint_BxW = make_positions(pe, jnp.arange(width + length)[None, :] < real[:, None],
+                               jax.random.split(key)[0], training)
+    index_BxT = jnp.clip(count_B[:, None] + jnp.arange(length), 0, width + length - 1)
+    return joint_BxW[:, :width], jnp.take_along_axis(joint_BxW, index_BxT, axis=1)
 
 
-def forward(model: Seq2SeqTransformer, batch: Batch, key: jax.Array, training: bool) -> jax.Array:
+def forward(model: TokenModel, batch: Batch, key: jax.Array, training: bool) -> jax.Array:
     """Teacher-forced logits ``[B, T, V]``; dropout only in training."""
     position_key, dropout_key = jax.random.split(key)
     source_positions, target_positions = batch_positions(
-        model.config.pe, batch, position_key, training)
+        model.config.pe, batch, position_key, training, model.config.architecture)
     use_dropout = training and model.config.dropout_rate > 0
     return model(batch["source"], batch["target_input"], source_positions, target_positions,
                  batch["source_mask"], batch["target_mask"],
@@ -117,7 +131,7 @@ def step_functions(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
     return train_step, eval_step
 
 
-def make_steps(model: Seq2SeqTransformer, train_cfg: Mapping[str, Any], seed: int,
+def make_steps(model: TokenModel, train_cfg: Mapping[str, Any], seed: int,
                mesh: Mesh) -> tuple[Steps, nnx.State]:
     """Jitted steps for ``model`` on ``mesh`` and its initial parameters."""
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)

@@ -1,0 +1,153 @@
+"""The papers' table: tasks grouped by Chomsky class, schemes plain and randomized, over seeds.
+
+Each cell scores one (task, scheme, plain | randomized) group of runs on the test lengths, the
+lengths beyond training (``metric.over_lengths`` of the evaluated lengths > the training
+maximum): the best seed (max, the randomized-PE and Chomsky-hierarchy papers' choice) with
+mean ± std (ddof=1) over seeds beside it. Rows are the tasks grouped R (regular), DCF
+(deterministic context-free), CS (context-sensitive), then any other task; written as markdown,
+CSV and a heatmap of the best seeds.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from pe_research.atomic_files import atomic_open, atomic_savefig, atomic_write_text
+from pe_research.errors import ConfigError
+from pe_research.evaluation.compare import RunCurve, load_curve
+from pe_research.evaluation.metrics import get_metric
+from pe_research.evaluation.plots import plt  # the Agg backend is chosen there
+from pe_research.runs.run_dir import DEFAULT_EVAL_NAME
+from pe_research.tasks import TASKS
+
+CLASSES = (("regular", "R"), ("dcf", "DCF"), ("cs", "CS"))  # task family -> the papers' label
+PAPER_METRIC = "output_token_accuracy"
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One group's test-length score per seed and its summary."""
+
+    values: tuple[float, ...]
+    best: float
+    mean: float
+    std: float
+
+
+def chomsky_class(task: str) -> str:
+    """'R', 'DCF', 'CS' for the benchmark tasks; 'other' for the rest."""
+    family = getattr(TASKS.get(task), "family", "")
+    return dict(CLASSES).get(family, "other")
+
+
+def column_of(curve: RunCurve) -> str:
+    """``<scheme>`` or ``<scheme> randomized``: the table's column for a run."""
+    pe = curve.config["model"]["pe"]
+    randomized = int((pe.get("randomize") or {}).get("max_position", 0)) > 0
+    return f"{pe['type']}{' randomized' if randomized else ''}"
+
+
+def test_score(curve: RunCurve, metric_name: str) -> float:
+    """The metric averaged over the evaluated lengths beyond the training range."""
+    metric = get_metric(metric_name)
+    beyond = curve.lengths > curve.train_lengths[1]
+    return metric.over_lengths(curve.values[beyond])
+
+
+def build_cells(curves: Sequence[RunCurve], metric_name: str,
+                ) -> dict[tuple[str, str], Cell]:
+    """``{(task, column): Cell}`` over the given runs."""
+    metric = get_metric(metric_name)
+    grouped: dict[tuple[str, str], list[float]] = {}
+    for curve in curves:
+        key = (curve.config["task"]["name"], column_of(curve))
+        grouped.setdefault(key, []).append(test_score(curve, metric_name))
+    cells = {}
+    for key, values in grouped.items():
+        array = np.asarray(values, float)
+        std = float(np.std(array, ddof=1)) if len(values) > 1 else float("nan")
+        cells[key] = Cell(tuple(values), float(metric.best(array)), float(np.mean(array)), std)
+    return cells
+
+
+def ordered(cells: dict[tuple[str, str], Cell]) -> tuple[list[str], list[str]]:
+    """Task rows (by class, then registry order) and scheme columns (plain before randomized)."""
+    tasks = sorted({task for task, _ in cells},
+                   key=lambda t: ([label for _, label in CLASSES] + ["other"]).index(
+                       chomsky_class(t)) * 1000 + (list(TASKS).index(t) if t in TASKS else 999))
+    columns = sorted({column for _, column in cells},
+                     key=lambda c: (c.replace(" randomized", ""), c.endswith("randomized")))
+    return tasks, columns
+
+
+def write_paper_table(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
+                      metric: str = PAPER_METRIC,
+                      eval_name: str = DEFAULT_EVAL_NAME) -> dict[str, Path]:
+    """``paper_table.{md,csv,png}`` in ``out_dir`` from the runs' eval results."""
+    definition = get_metric(metric)
+    if not run_dirs:
+        raise ConfigError("RUN_DIR", (), "give at least one run directory (or a glob)")
+    curves = [load_curve(run_dir, metric, eval_name) for run_dir in run_dirs]
+    cells = build_cells(curves, metric)
+    tasks, columns = ordered(cells)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"markdown": out_dir / "paper_table.md", "csv": out_dir / "paper_table.csv",
+             "png": out_dir / "paper_table.png"}
+    best = "max" if definition.higher_is_better else "min"
+    show = definition.display
+    lines = [f"# {definition.label}, averaged over the test lengths (beyond training)", "",
+             f"Each cell: the best seed ({best} over seeds), then mean ± std over seeds "
+             "(std ddof=1) and the number of seeds. Metric: "
+             f"`{metric}`, from `eval/{eval_name}.json`.", "",
+             "| class | task | " + " | ".join(columns) + " |",
+             "|---|---|" + "---:|" * len(columns)]
+    for task in tasks:
+        row = []
+        for column in columns:
+            cell = cells.get((task, column))
+            row.append("-" if cell is None else f"**{show(cell.best)}** ({show(cell.mean)} ± "
+                       f"{show(cell.std)}, n={len(cell.values)})")
+        lines.append(f"| {chomsky_class(task)} | {task} | " + " | ".join(row) + " |")
+    atomic_write_text(paths["markdown"], "\n".join(lines) + "\n")
+    with atomic_open(paths["csv"], newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["class", "task", "column", f"{best}", "mean", "std", "seeds"])
+        for task in tasks:
+            for column in columns:
+                if (task, column) in cells:
+                    cell = cells[(task, column)]
+                    writer.writerow([chomsky_class(task), task, column, cell.best, cell.mean,
+                                     cell.std, len(cell.values)])
+    plot_heatmap(cells, tasks, columns, definition, paths["png"])
+    return paths
+
+
+def plot_heatmap(cells, tasks: list[str], columns: list[str], definition, path: Path) -> None:
+    """Best-seed scores as a task x scheme heatmap, values written in the cells."""
+    grid = np.full((len(tasks), len(columns)), np.nan)
+    for i, task in enumerate(tasks):
+        for j, column in enumerate(columns):
+            if (task, column) in cells:
+                grid[i, j] = cells[(task, column)].best
+    scale = 100.0 if definition.unit == "%" else 1.0
+    figure, axes = plt.subplots(figsize=(1.6 + 1.2 * len(columns), 1.2 + 0.45 * len(tasks)))
+    image = axes.imshow(grid * scale, cmap="viridis", vmin=0, aspect="auto",
+                        vmax=100 if definition.unit == "%" else None)
+    axes.set_xticks(range(len(columns)), columns, rotation=30, ha="right")
+    axes.set_yticks(range(len(tasks)), [f"{chomsky_class(t)}: {t}" for t in tasks])
+    for i in range(len(tasks)):
+        for j in range(len(columns)):
+            if not np.isnan(grid[i, j]):
+                axes.text(j, i, f"{grid[i, j] * scale:.0f}", ha="center", va="center",
+                          color="white" if grid[i, j] * scale < 60 else "black", fontsize=8)
+    figure.colorbar(image, ax=axes, label=definition.axis_label)
+    axes.set_title(f"{definition.label}\nbeyond the training lengths, best seed", fontsize=10)
+    figure.tight_layout()
+    atomic_savefig(figure, path)
+    plt.close(figure)

@@ -1,0 +1,220 @@
+"""Encoder-only and decoder-only models: causality, padding, cached decoding, what the loss sees."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from tiny_models import VOCAB, tiny_config
+
+from pe_research.errors import ConfigError
+from pe_research.evaluation.metrics import token_cross_entropy
+from pe_research.model import SingleStackTransformer
+from pe_research.model.decoding import greedy_decode, naive_greedy_decode
+from pe_research.model.single_stack import left_align, self_visible
+from pe_research.positional import SCHEMES
+from pe_research.positional.randomize import random_positions
+from pe_research.special_tokens import BOS_ID, EOS_ID
+from pe_research.training.steps import batch_positions
+
+ARCHITECTURES = ("encoder_only", "decoder_only")
+SCHEMES_TO_CHECK = ("none", "sinusoidal", "learned", "rope", "alibi", "t5", "fire", "cope")
+
+
+def single_stack(architecture: str, scheme: str = "rope", seed: int = 0, **overrides):
+    config = tiny_config(scheme, architecture=architecture, **overrides)
+    return SingleStackTransformer(config, rngs=nnx.Rngs(seed))
+
+
+def supported(architecture: str, scheme: str) -> bool:
+    try:
+        tiny_config(scheme, architecture=architecture)
+    except ConfigError as error:
+        assert "acts only in" in str(error) and architecture in str(error)
+        return False
+    return True
+
+
+def ragged_batch(seed: int = 0, source_width: int = 6, target_width: int = 6):
+    """Two examples: 6 and 3 source tokens, 4 and 2 target tokens (+ EOS), padded."""
+    rng = np.random.default_rng(seed)
+    source_lengths, target_lengths = np.array([6, 3]), np.array([4, 2])
+    source = rng.integers(3, VOCAB, (2, source_width))
+    target = rng.integers(3, VOCAB, (2, target_width))
+    source_mask = np.arange(source_width) < source_lengths[:, None]
+    target_mask = np.arange(target_width) < target_lengths[:, None] + 1
+    target_output = np.where(np.arange(target_width) == target_lengths[:, None], EOS_ID, target)
+    target_input = np.concatenate([np.full((2, 1), BOS_ID), target_output[:, :-1]], 1)
+    batch = {"source": np.where(source_mask, source, 0), "source_mask": source_mask,
+             "target_input": np.where(target_mask, target_input, 0),
+             "target_output": np.where(target_mask, target_output, 0),
+             "target_mask": target_mask}
+    return {key: jnp.asarray(value) for key, value in batch.items()}
+
+
+def logits_of(model, batch, key=None):
+    pe = model.config.pe
+    positions = batch_positions(pe, batch, jax.random.key(0), False, model.config.architecture)
+    return model(batch["source"], batch["target_input"], *positions, batch["source_mask"],
+                 batch["target_mask"], dropout_key=key)
+
+
+def test_left_align_moves_real_tokens_to_the_end():
+    x = jnp.asarray([[1, 2, 3, 0], [4, 0, 0, 0]])
+    np.testing.assert_array_equal(left_align(x, jnp.asarray([3, 1]), 9),
+                                  [[9, 1, 2, 3], [9, 9, 9, 4]])
+
+
+def test_joint_positions_run_on_from_the_source():
+    batch = ragged_batch()
+    source, target = batch_positions({"type": "rope"}, batch, jax.random.key(0), False,
+                                     "decoder_only")
+    np.testing.assert_array_equal(target[0, :5], [6, 7, 8, 9, 10])
+    np.testing.assert_array_equal(target[1, :3], [3, 4, 5])
+    np.testing.assert_array_equal(source[1, :3], [0, 1, 2])
+    # Randomized: one sorted draw over source + target, so the target continues the source.
+    pe = {"type": "rope", "randomize": {"max_position": 64, "eval_policy": "randomized"}}
+    source, target = batch_positions(pe, batch, jax.random.key(1), True, "encoder_only")
+    row = np.concatenate([np.asarray(source[1, :3]), np.asarray(target[1, :3])])
+    assert list(row) == sorted(set(row.tolist())) and row.max() < 64
+
+
+@pytest.mark.parametrize("scheme", SCHEMES_TO_CHECK)
+def test_decoder_only_is_causal(scheme):
+    """Changing target-side token j changes no logit before slot j, and some logit at j."""
+    model = single_stack("decoder_only", scheme)
+    batch = ragged_batch()
+    reference = logits_of(model, batch)
+    for j in (1, 3):
+        changed = dict(batch)
+        changed["target_input"] = batch["target_input"].at[0, j].set(
+            3 + (int(batch["target_input"][0, j]) - 2) % (VOCAB - 3))
+        logits = logits_of(model, changed)
+        np.testing.assert_array_equal(logits[0, :j], reference[0, :j])
+        assert float(jnp.max(jnp.abs(logits[0, j:5] - reference[0, j:5]))) > 0
+
+
+@pytest.mark.parametrize("scheme", SCHEMES_TO_CHECK)
+def test_encoder_only_slots_cannot_read_the_answer(scheme):
+    if not supported("encoder_only", scheme):
+        return
+    model = single_stack("encoder_only", scheme)
+    batch = ragged_batch()
+    other = dict(batch, target_input=jnp.roll(batch["target_input"], 1, axis=1) % 7 + 3,
+                 target_output=jnp.zeros_like(batch["target_output"]))
+    np.testing.assert_array_equal(logits_of(model, batch), logits_of(model, other))
+    # ... but they do read the source, bidirectionally: the last source token moves slot 0.
+    changed = dict(batch, source=batch["source"].at[0, 5].set(3 + int(batch["source"][0, 5]) % 9))
+    assert float(jnp.max(jnp.abs(logits_of(model, changed)[0, 0]
+                                 - logits_of(model, batch)[0, 0]))) > 0
+
+
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+@pytest.mark.parametrize("scheme", SCHEMES_TO_CHECK)
+def test_padding_does_not_change_real_outputs(architecture, scheme):
+    if not supported(architecture, scheme):
+        return
+    model = single_stack(architecture, scheme)
+    narrow, wide = ragged_batch(source_width=6, target_width=6), ragged_batch(
+        source_width=10, target_width=9)
+    wide = {key: (value.at[:, :6].set(narrow[key]) if value.ndim == 2 else value)
+            for key, value in wide.items()}
+    wide = {key: value.at[:, 6:].set(jnp.zeros((), value.dtype)) if value.ndim == 2 else value
+            for key, value in wide.items()}
+    reference, logits = logits_of(model, narrow), logits_of(model, wide)
+    mask = np.asarray(narrow["target_mask"])
+    np.testing.assert_allclose(np.asarray(logits)[:, :6][mask], np.asarray(reference)[mask],
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES_TO_CHECK)
+def test_cached_decoding_equals_naive_decoding(scheme):
+    model = single_stack("decoder_only", scheme, seed=1)
+    batch = ragged_batch()
+    positions = batch_positions(model.config.pe, batch, jax.random.key(0), False, "decoder_only")
+    args = (model, batch["source"], positions[0], batch["source_mask"], positions[1])
+    for eos in (-1, 7):  # decode every step; stop at a token the model emits
+        cached = greedy_decode(*args, eos_id=eos)
+        np.testing.assert_array_equal(cached, naive_greedy_decode(*args, eos_id=eos))
+    # Greedy tokens are the argmax of teacher forcing on themselves.
+    cached = greedy_decode(*args, eos_id=-1)
+    forced = dict(batch, target_input=jnp.concatenate(
+        [jnp.full((2, 1), BOS_ID), cached[:, :-1]], 1), target_mask=jnp.ones((2, 6), bool))
+    np.testing.assert_array_equal(jnp.argmax(logits_of(model, forced), -1), cached)
+
+
+def test_encoder_only_decoding_reads_every_slot_at_once():
+    model = single_stack("encoder_only", "rope")
+    batch = ragged_batch()
+    positions = batch_positions(model.config.pe, batch, jax.random.key(0), False, "encoder_only")
+    decoded = greedy_decode(model, batch["source"], positions[0], batch["source_mask"],
+                            positions[1], target_mask_BxT=batch["target_mask"])
+    expected = jnp.where(batch["target_mask"], jnp.argmax(logits_of(model, batch), -1), 0)
+    np.testing.assert_array_equal(decoded, expected)
+
+
+def test_decoder_only_loss_ignores_the_source_outputs():
+    """The loss has zero gradient w.r.t. the final states at source slots, not at target ones."""
+    model = single_stack("decoder_only", "alibi")
+    batch = ragged_batch()
+    positions = batch_positions(model.config.pe, batch, jax.random.key(0), False, "decoder_only")
+    tokens, joint_positions, real = model.joint_inputs(
+        batch["source"], batch["target_input"], *positions, batch["source_mask"],
+        batch["target_mask"])
+    x = model.embed_inputs(tokens, joint_positions, None)
+    for layer in model.layers:
+        x = layer(x, joint_positions, self_visible(real, True), model.pe, None)
+
+    def loss_from_states(states):
+        logits = model.logits(states[:, 6:])
+        return token_cross_entropy(logits, batch["target_output"], batch["target_mask"])
+
+    full = model(batch["source"], batch["target_input"], *positions, batch["source_mask"],
+                 batch["target_mask"])
+    np.testing.assert_allclose(model.logits(x[:, 6:]), full, atol=1e-6)
+    grads = jax.grad(loss_from_states)(x)
+    assert float(jnp.max(jnp.abs(grads[:, :6]))) == 0.0
+    assert float(jnp.min(jnp.max(jnp.abs(grads[:, 6:9]), axis=-1))) > 0.0
+
+
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_one_training_step_on_every_supported_scheme(architecture, scheme):
+    if not supported(architecture, scheme):
+        return
+    model = single_stack(architecture, scheme)
+    batch = ragged_batch()
+    graph, params, rest = nnx.split(model, nnx.Param, ...)
+
+    def loss(params):
+        logits = logits_of(nnx.merge(graph, params, rest), batch)
+        return token_cross_entropy(logits, batch["target_output"], batch["target_mask"])
+
+    value, grads = jax.jit(jax.value_and_grad(loss))(params)
+    assert np.isfinite(float(value))
+    assert sum(float(jnp.sum(jnp.abs(g))) for g in jax.tree.leaves(grads)) > 0
+    if scheme in ("rope", "alibi", "cope"):  # eager == jit, on a few (eager is slow)
+        eager_value, eager_grads = jax.value_and_grad(loss)(params)
+        np.testing.assert_allclose(value, eager_value, rtol=1e-5)
+        for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(eager_grads), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_a_scheme_that_cannot_act_is_one_config_error():
+    with pytest.raises(ConfigError, match="cope.*acts only in.*encoder_only"):
+        tiny_config("cope", architecture="encoder_only")
+    with pytest.raises(ConfigError, match="model.architecture"):
+        tiny_config("rope", architecture="decoder-only")
+
+
+def test_randomized_positions_drawn_per_batch_are_shared_by_rows():
+    mask = jnp.arange(8)[None, :] < jnp.asarray([[5], [5], [3]])
+    per_batch = random_positions(jax.random.key(0), mask, 64, per_batch=True)
+    np.testing.assert_array_equal(per_batch[0, :5], per_batch[1, :5])
+    per_example = random_positions(jax.random.key(0), mask, 64)
+    assert not np.array_equal(per_example[0, :5], per_example[1, :5])
+    for row, count in zip(np.asarray(per_batch), (5, 5, 3), strict=True):
+        assert list(row[:count]) == sorted(row[:count])  # real tokens: increasing
+        assert len(set(row.tolist())) == 8  # every slot distinct

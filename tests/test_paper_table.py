@@ -1,0 +1,59 @@
+"""The papers' table: cells are the best seed and mean ± std over test lengths, rows by class."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pe_research.config import base_config, to_dict
+from pe_research.evaluation.paper_table import chomsky_class, write_paper_table
+
+METRIC = "output_token_accuracy"
+
+
+def fake_run(root: Path, name: str, task: str, scheme: str, randomized: int,
+             beyond: list[float]) -> Path:
+    """A run directory with config.json and eval/eval.json: 0.99 at lengths 1-4 (trained),
+    ``beyond`` at lengths 5, 6, 7."""
+    config = to_dict(base_config(task=task, pe=scheme))
+    config["data"]["train_lengths"] = [1, 4]
+    config["model"]["pe"]["randomize"]["max_position"] = randomized
+    run_dir = root / name
+    (run_dir / "eval").mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps(config))
+    rows = [{"length": n, "samples": 8, METRIC: 0.99} for n in range(1, 5)]
+    rows += [{"length": 5 + i, "samples": 8, METRIC: v} for i, v in enumerate(beyond)]
+    (run_dir / "eval" / "eval.json").write_text(json.dumps({"rows": rows}))
+    return run_dir
+
+
+def test_cells_are_max_and_mean_over_seeds_of_the_test_lengths(tmp_path):
+    runs = [fake_run(tmp_path, "a0", "reverse_string", "rope", 0, [0.5, 0.4, 0.3]),
+            fake_run(tmp_path, "a1", "reverse_string", "rope", 0, [0.8, 0.7, 0.6]),
+            fake_run(tmp_path, "b0", "reverse_string", "rope", 64, [1.0, 1.0, 0.7]),
+            fake_run(tmp_path, "c0", "parity_check", "rope", 0, [0.2, 0.2, 0.2])]
+    paths = write_paper_table(runs, tmp_path / "out")
+    rows = list(np.genfromtxt(paths["csv"], delimiter=",", dtype=None, names=True,
+                              encoding=None))
+    cells = {(r["task"], r["column"]): r for r in rows}
+    plain = cells[("reverse_string", "rope")]
+    assert plain["max"] == pytest.approx(0.7)  # seed 1: mean of 0.8, 0.7, 0.6
+    assert plain["mean"] == pytest.approx(0.55)
+    assert plain["std"] == pytest.approx(np.std([0.4, 0.7], ddof=1))
+    assert plain["seeds"] == 2
+    assert cells[("reverse_string", "rope randomized")]["max"] == pytest.approx(0.9)
+    assert cells[("parity_check", "rope")]["class"] == "R"
+    table = paths["markdown"].read_text()
+    # Regular tasks come before deterministic context-free ones; plain before randomized.
+    assert table.index("| R | parity_check") < table.index("| DCF | reverse_string")
+    assert "| class | task | rope | rope randomized |" in table
+    assert "**70.0** (55.0 ± 21.2, n=2)" in table
+    assert paths["png"].stat().st_size > 0
+
+
+def test_chomsky_classes():
+    assert [chomsky_class(t) for t in ("parity_check", "reverse_string", "duplicate_string",
+                                       "copy")] == ["R", "DCF", "CS", "other"]
