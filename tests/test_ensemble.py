@@ -104,3 +104,24 @@ def test_diverging_member_stops_and_the_others_finish(tmp_path):
     assert "diverged" in result.diverged[members[1].absolute()]
     assert Checkpointer(members[0] / "checkpoints", read_only=True).steps()[-1] == STEPS
     assert Checkpointer(members[1] / "checkpoints", read_only=True).steps() == []
+
+
+@pytest.mark.slow
+def test_single_stack_members_equal_single_runs_and_analyze(tmp_path, capsys):
+    """Ensembles, training and analysis work the same for an encoder-only model."""
+    from pe_research.cli.app import main
+
+    def config(seed):
+        c = member_config(seed)
+        c.model.architecture = "encoder_only"
+        c.train.steps = 6
+        c.train.eval_every = 0
+        return c
+
+    members = [tmp_path / "seed_0", tmp_path / "seed_1"]
+    train_ensemble([config(0), config(1)], members)
+    train(config(1), tmp_path / "single_1")
+    for a, b in zip(params_of(members[1]), params_of(tmp_path / "single_1"), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert main(["analyze", str(members[1])]) == 0
+    assert "encoder_self/layer_0" in capsys.readouterr().out

@@ -234,11 +234,13 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
     best = best_word(definition)
     shown = {"both": f"mean ± std over seeds (std with ddof=1) and {best} over seeds",
              "mean": "mean ± std over seeds (std with ddof=1)", "max": f"{best} over seeds"}[show]
+    architecture = first.config["model"].get("architecture", "encoder_decoder")
+    model = "" if architecture == "encoder_decoder" else f" ({architecture.replace('_', '-')})"
     plot_comparison(groups, first.train_lengths, metric,
-                    f"{task}{mixed}, trained on lengths {low}-{high}, by {group_by}",
+                    f"{task}{mixed}{model}, trained on lengths {low}-{high}, by {group_by}",
                     paths["png"], show)
     sources = sorted({c.source for c in curves})
-    notes = [f"# Length extrapolation: {task}{mixed}, trained on lengths {low}-{high}", "",
+    notes = [f"# Length extrapolation: {task}{mixed}{model}, trained on lengths {low}-{high}", "",
              f"Metric: {metric}, {definition.axis_label} (from {', '.join(sources)}). Runs "
              f"grouped by `{group_by}`. "
              f"Aggregates over seeds: {shown}. In-dist: mean over evaluated lengths {low}-{high}; "
