@@ -3,7 +3,7 @@
 The randomized-PE paper's question on the README sweep's setup (copy, lengths 1-8, 2000 steps,
 evaluated up to 16; configs/sweeps/copy_schemes_cpu.py): do positions sampled from a larger
 range (0-63 here) during training carry RoPE and sinusoidal positions beyond the training
-lengths? Two seeds per grid point, trained stacked. About 6 minutes on a 2-core CPU. In this
+lengths? Two seeds per grid point, trained stacked. About 5 minutes on a 2-core CPU. In this
 encoder-decoder the source and the target draw their random positions independently; what that
 showed when measured is in docs/results.md.
 """

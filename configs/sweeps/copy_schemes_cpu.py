@@ -1,6 +1,6 @@
 """pe-research sweep configs/sweeps/copy_schemes_cpu.py --workdir runs/sweep_demo
 
-The small sweep of the README: about 6 minutes end to end on a 2-core CPU. Copy strings of length
+The small sweep of the README: about 5 minutes end to end on a 2-core CPU. Copy strings of length
 1-8 (configs/default.py's model: d_model 64, 2+2 layers), 2000 steps, evaluated at every length
 up to 16. Four schemes: two absolute (sinusoidal, learned) and two relative (RoPE, T5), two
 seeds each, trained stacked in one program per scheme. It ends by evaluating every run over

@@ -2,7 +2,7 @@
 
 configs/sweeps/nope_decoder_only.py cut to a 2-core CPU: the same decoder-only causal LM, small
 (4 layers, d_model 64, 4 heads), on copy and reverse_string of lengths 1-8 for 2,000 steps,
-evaluated up to 16; NoPE, T5, ALiBi, RoPE and sinusoidal, 2 seeds each. About 20 minutes. It
+evaluated up to 16; NoPE, T5, ALiBi, RoPE and sinusoidal, 2 seeds each. About 28 minutes. It
 writes the same table (`pe-research table ... --metric exact_match`); what it showed is in
 docs/results.md.
 """
