@@ -20,7 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Load and validate the config, train, print where everything is."""
     config = load_config(args.config, args.config_overrides)
-    from pe_research.training.loop import DivergedError, train
+    from pe_research.training.loop import train
+    from pe_research.training.step_loop import DivergedError
 
     try:
         result = train(config, Path(args.workdir))

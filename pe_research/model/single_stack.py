@@ -67,9 +67,6 @@ class SingleStackTransformer(TokenModel):
         self.final_norm = stack_norm(config, rngs)
         self.output_projection = output_projection(config, rngs)
 
-    def final_norm_module(self) -> nnx.LayerNorm | None:
-        return self.final_norm
-
     def joint_inputs(self, source_BxS: jax.Array, second_BxT: jax.Array,
                      source_positions_BxS: jax.Array, target_positions_BxT: jax.Array,
                      source_mask_BxS: jax.Array, target_mask_BxT: jax.Array,

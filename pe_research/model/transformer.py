@@ -61,13 +61,11 @@ class TokenModel(nnx.Module):
     """Token embedding with positional input, output projection: shared by every architecture.
 
     Subclasses set ``config``, ``pe``, ``embed``, ``input_projection``, ``output_projection``
-    and name their final LayerNorm in ``final_norm_module``.
+    and ``final_norm`` (the LayerNorm before the output; None for post-LN).
     """
 
     config: ModelConfig
-
-    def final_norm_module(self) -> nnx.LayerNorm | None:
-        raise NotImplementedError
+    final_norm: nnx.LayerNorm | None
 
     def embed_inputs(self, tokens_BxT: jax.Array, positions_BxT: jax.Array,
                      key: jax.Array | None) -> jax.Array:
@@ -89,9 +87,8 @@ class TokenModel(nnx.Module):
 
     def logits(self, y_BxTxD: jax.Array) -> jax.Array:
         """Final norm and (tied or separate) output projection, in float32."""
-        norm = self.final_norm_module()
-        if norm is not None:
-            y_BxTxD = norm(y_BxTxD)
+        if self.final_norm is not None:
+            y_BxTxD = self.final_norm(y_BxTxD)
         if self.output_projection is None:
             return self.embed.attend(y_BxTxD).astype(jnp.float32)
         return self.output_projection(y_BxTxD).astype(jnp.float32)
@@ -123,7 +120,9 @@ class Seq2SeqTransformer(TokenModel):
         self.decoder_norm = stack_norm(config, rngs)
         self.output_projection = output_projection(config, rngs)
 
-    def final_norm_module(self) -> nnx.LayerNorm | None:
+    @property
+    def final_norm(self) -> nnx.LayerNorm | None:
+        """The decoder's final LayerNorm (its parameters keep the name ``decoder_norm``)."""
         return self.decoder_norm
 
     def encode(self, source_BxS: jax.Array, source_positions_BxS: jax.Array,

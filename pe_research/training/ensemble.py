@@ -43,16 +43,10 @@ from pe_research.runs.checkpoint import abstract_like, run_checkpointer
 from pe_research.runs.lock import RunDirLock
 from pe_research.runs.restore import run_task
 from pe_research.runs.tracking import make_writer
-from pe_research.training.loop import (
-    MemberRun,
-    StepLoop,
-    all_finite,
-    config_changes,
-    flat_config,
-    prepare_run_dir,
-)
+from pe_research.training.loop import config_changes, flat_config, prepare_run_dir
 from pe_research.training.optimizer import make_optimizer
 from pe_research.training.periodic_eval import PeriodicEvaluator
+from pe_research.training.step_loop import MemberRun, StepLoop, all_finite
 from pe_research.training.steps import make_ensemble_steps, make_steps
 
 # What may differ between the members of one ensemble (everything else is shared).
