@@ -1,11 +1,14 @@
 """pe-research train --config configs/default.py --workdir runs/default
 
-CPU-sized default: copy a string over 10 symbols, trained on lengths 1-16 and evaluated during
-training at 24, 32 and 48. A small encoder-decoder (d_model 64, 2+2 layers) learns it in about a
-minute on 2 CPU cores, enough to see positional schemes part ways beyond the training lengths
-(`make demo` trains rope, alibi and sinusoidal):
+CPU-sized default: copy a string over 10 symbols with a small encoder-decoder (d_model 64, 2+2
+layers), trained on lengths 1-16 and evaluated during training at 24, 32 and 48. The base of the
+sweep files and of `make demo` (configs/sweeps/demo.py, which makes it decoder-only):
 
-    pe-research train --config configs/default.py --config.model.pe.type=alibi --workdir runs/alibi
+    pe-research train --config configs/default.py --config.model.pe.type=rope --workdir runs/rope
+
+ALiBi's bias depends on |i - j| only: this model's bidirectional encoder then gives a string and
+its reverse the same set of states, so copy cannot be learned with it (pe_research/positional/
+alibi.py, docs/results.md); use ALiBi decoder-only.
 """
 
 from pe_research.config import base_config

@@ -1,107 +1,84 @@
-"""Train configs/default.py once per positional scheme and show where everything went.
+"""`make demo`: train four positional schemes on copy, compare them, say what the figure shows.
 
-    python experiments/demo.py                      # rope, alibi, sinusoidal -> runs/demo/<scheme>
-    python experiments/demo.py --schemes rope none --root runs/my_demo
+    python experiments/demo.py                          # configs/sweeps/demo.py -> runs/demo
+    python experiments/demo.py --jobs 1 --root runs/my_demo -- --config.train.steps=5000
 
-Each run is an ordinary `pe-research train` run directory (config.json, metrics.jsonl,
-checkpoints/, wandb/ offline). Running the demo again resumes the runs, so it finishes at once.
+It runs `pe-research sweep configs/sweeps/demo.py --workdir runs/demo --jobs N` (a decoder-only
+copy model per scheme: none, alibi, rope, sinusoidal), which trains, evaluates every run at
+lengths 1-16 with greedy decoding and writes the comparison. It ends with one sentence of what
+the comparison shows, computed from the measured curves: whether every scheme learned the
+training lengths, and if so which curves hold up beyond them. Running it again resumes: finished
+runs are skipped. Each run is an ordinary run directory (config.json, metrics.jsonl,
+checkpoints/, wandb/ offline), so `pe-research eval`, `compare` and `analyze` work on it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_SCHEMES = ("rope", "alibi", "sinusoidal")
+SWEEP_FILE = REPO / "configs" / "sweeps" / "demo.py"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--schemes", nargs="+", default=list(DEFAULT_SCHEMES),
-                        help="values of model.pe.type to train")
     parser.add_argument("--root", type=Path, default=REPO / "runs" / "demo",
-                        help="parent directory of the run directories")
-    parser.add_argument("--config", type=Path, default=REPO / "configs" / "default.py")
+                        help="the sweep directory (one run directory per scheme inside)")
+    parser.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1),
+                        help="schemes trained at once, one process each (default: up to 4, "
+                             "at most the number of CPU cores)")
+    parser.add_argument("--sweep", type=Path, default=SWEEP_FILE,
+                        help="the sweep file (configs/sweeps/demo.py)")
     parser.add_argument("overrides", nargs="*", metavar="--config.KEY=VALUE",
                         help="applied to every run (after --)")
     return parser.parse_args(argv)
 
 
-def last_eval(records: list[dict]) -> dict:
-    """The most recent record that holds evaluation metrics."""
-    return next((r for r in reversed(records) if "eval/sequence_accuracy" in r), {})
-
-
-def evaluate_and_compare(run_dirs: list[Path], out_dir: Path) -> dict[str, Path]:
-    """Decode every run over its config's eval lengths, then overlay the curves."""
-    from pe_research.evaluation.compare import compare_runs
-    from pe_research.evaluation.results import evaluate_and_write
-
-    for run_dir in run_dirs:
-        print(f"\n== evaluating {run_dir.name} (greedy decoding with the key/value cache)",
-              flush=True)
-        _, _, paths = evaluate_and_write(run_dir, checkpoint="latest")
-        print(f"    curve: {paths['png']}")
-    return compare_runs(run_dirs, out_dir)
+def shown(path: Path) -> str:
+    """``path`` relative to the working directory when it lies inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from pe_research.config import load_config
-    from pe_research.runs.tracking import read_metrics
-    from pe_research.training.loop import train
+    from pe_research.cli.app import main as cli_main
+    from pe_research.evaluation.compare import comparison, comparison_finding
+    from pe_research.evaluation.metrics import HEADLINE, METRICS
+    from pe_research.sweeps.state import SweepDir, refresh
 
     started = time.perf_counter()
-    rows = []
-    for scheme in args.schemes:
-        overrides = [f"--config.model.pe.type={scheme}", "--config.wandb.group=demo",
-                     f"--config.wandb.name=demo-{scheme}", *args.overrides]
-        config = load_config(args.config, overrides)
-        print(f"\n== {scheme}: training {config.train.steps} steps of {config.task.name} "
-              f"(lengths {config.data.train_lengths[0]}-{config.data.train_lengths[1]})",
-              flush=True)
-        run_started = time.perf_counter()
-        result = train(config, args.root / scheme)
-        rows.append((scheme, result, last_eval(read_metrics(result.run_dir)),
-                     time.perf_counter() - run_started))
-
-    lengths = list(config.train.eval_lengths)
-    low, high = config.data.train_lengths
-    print(f"\nAt the last evaluation (teacher forced): exact match on lengths {low}-{high}, "
-          "then token accuracy on lengths never trained on:")
-    trained = f"{low}-{high}"
-    print(f"{'scheme':<12}{'exact ' + trained:>12}{'token ' + trained:>12}"
-          + "".join(f"{f'token n={n}':>13}" for n in lengths))
-    for scheme, _, record, _ in rows:
-        cells = [record.get("eval/sequence_accuracy", float("nan")),
-                 record.get("eval/token_accuracy", float("nan"))]
-        cells += [record.get(f"eval_length_{n}/token_accuracy", float("nan")) for n in lengths]
-        print(f"{scheme:<12}{cells[0]:>12.3f}{cells[1]:>12.3f}"
-              + "".join(f"{c:>13.3f}" for c in cells[2:]))
-
+    status = cli_main(["sweep", str(args.sweep), "--workdir", str(args.root),
+                       "--jobs", str(args.jobs), *args.overrides])
+    sweep_dir = SweepDir(args.root)
+    if status not in (0, 1) or not sweep_dir.exists():  # the CLI printed its one-line error
+        return status
+    manifest = refresh(sweep_dir)
+    done = sorted(sweep_dir.root / run for run, state in manifest["runs"].items()
+                  if state["state"] == "done")
+    root = shown(sweep_dir.root)
     print("\nWhere everything is:")
-    for scheme, result, _, seconds in rows:
-        if result.compilations:
-            print(f"  {scheme}: {seconds:.0f} s, {result.compilations} train-step compilations "
-                  f"(one per length bucket used), {result.steps_per_second:.1f} steps/s")
-        else:
-            print(f"  {scheme}: already trained (the run was resumed at its last step)")
-        print(f"    run directory: {result.run_dir}")
-        print(f"    checkpoints:   {result.checkpoint_dir}")
-        print(f"    metrics:       {result.run_dir / 'metrics.jsonl'}")
-        print(f"    W&B (offline): {result.wandb_run or 'disabled'}")
-    comparison = evaluate_and_compare([result.run_dir for _, result, _, _ in rows],
-                                      args.root / "comparison")
-    print("\nDecoded exact match over lengths (pe-research eval, then pe-research compare):")
-    print(comparison["markdown"].read_text())
-    print(f"  comparison plot:  {comparison['png']}")
-    print(f"  comparison table: {comparison['markdown']} and {comparison['csv']}")
-    print("\nSync the W&B runs later with `wandb sync <W&B path>`.")
+    for run_dir in done:
+        print(f"  {shown(run_dir)}/: config.json, metrics.jsonl, checkpoints/, "
+              "eval/eval.{json,csv,png}, wandb/ (offline)")
+    for figure in sorted(sweep_dir.report.glob("*/comparison.png")):
+        print(f"  comparison: {shown(figure)} (and .md, .csv beside it)")
+    print(f"  every table: {shown(sweep_dir.report / 'summary.md')}")
+    print(f"  upload the W&B runs later: wandb sync {root}/*/*/wandb/offline-run-*")
     print(f"Demo wall time: {time.perf_counter() - started:.0f} s")
-    return 0
+    if not done:
+        print("\nNo run finished, so there is nothing to compare; see the errors above.")
+        return status or 1
+    _, groups, summaries = comparison(done)
+    finding = comparison_finding(groups, summaries, METRICS[HEADLINE], group_by="model.pe.type")
+    print(f"\nWhat the figure shows: {finding}")
+    return status
 
 
 if __name__ == "__main__":

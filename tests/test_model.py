@@ -36,6 +36,17 @@ def test_absolute_schemes_see_the_shift(scheme):
 
 
 @pytest.mark.parametrize("scheme", CORE_SCHEMES)
+def test_only_symmetric_encoders_cannot_tell_a_source_from_its_reverse(scheme):
+    # ALiBi's |i - j| (like no positions at all) makes the encoder reversal-equivariant, and
+    # cross-attention reads its states as a set: the decoder sees x and reverse(x) alike.
+    model = tiny_model(scheme)
+    source, target = random_inputs()
+    same = np.allclose(forward(model, source, target), forward(model, source[:, ::-1], target),
+                       atol=1e-5)
+    assert same == (scheme in ("none", "alibi"))
+
+
+@pytest.mark.parametrize("scheme", CORE_SCHEMES)
 def test_decoder_is_causal(scheme):
     """Logits at step t have zero gradient w.r.t. the embeddings of target tokens after t."""
     model = tiny_model(scheme, tie_output=False)

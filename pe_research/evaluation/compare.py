@@ -23,6 +23,7 @@ import numpy as np
 from pe_research.atomic_files import atomic_open, atomic_write_text
 from pe_research.config.naming import short_keys
 from pe_research.errors import ConfigError
+from pe_research.evaluation.finding import describe_comparison
 from pe_research.evaluation.metrics import HEADLINE, METRICS, Metric, get_metric
 from pe_research.evaluation.plots import plot_comparison
 from pe_research.evaluation.results import read_results
@@ -207,6 +208,31 @@ def markdown_table(summaries: Mapping[str, Mapping[str, Any]], group_by: str,
     return "\n".join(lines)
 
 
+def comparison(run_dirs: Sequence[str | Path], *, group_by: str = "model.pe.type",
+               metric: str = HEADLINE, eval_name: str = DEFAULT_EVAL_NAME,
+               threshold: float = 0.9, allow_mixed: bool = False,
+               ) -> tuple[list[RunCurve], dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The runs' curves, their groups (``aggregate``) and each group's summary."""
+    curves = [load_curve(run_dir, metric, eval_name, group_by) for run_dir in run_dirs]
+    check_compatible(curves, allow_mixed)
+    groups = aggregate(curves, metric)
+    return curves, groups, {name: summarize_group(group, threshold)
+                            for name, group in groups.items()}
+
+
+def comparison_finding(groups: Mapping[str, Mapping[str, Any]],
+                       summaries: Mapping[str, Mapping[str, Any]], metric: Metric, *,
+                       group_by: str = "", mixed: bool = False) -> str | None:
+    """The sentence of what the curves show (``finding.describe_comparison``), for accuracy
+    metrics over runs of one task and training range; None otherwise."""
+    if mixed or metric.unit != "%" or not metric.higher_is_better or not groups:
+        return None
+    first = next(iter(groups.values()))["members"][0]
+    return describe_comparison(groups, summaries, first.train_lengths,
+                               what=metric.label.lower(),
+                               noun="schemes" if group_by == "model.pe.type" else "groups")
+
+
 def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
                  group_by: str = "model.pe.type", metric: str = HEADLINE,
                  eval_name: str = DEFAULT_EVAL_NAME, threshold: float = 0.9,
@@ -219,10 +245,9 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
         raise ConfigError("--show", show, "choose one of ('both', 'mean', 'max')")
     if not 0.0 <= threshold <= 1.0:
         raise ConfigError("--threshold", threshold, "a fraction in [0, 1]")
-    curves = [load_curve(run_dir, metric, eval_name, group_by) for run_dir in run_dirs]
-    check_compatible(curves, allow_mixed)
-    groups = aggregate(curves, metric)
-    summaries = {name: summarize_group(group, threshold) for name, group in groups.items()}
+    curves, groups, summaries = comparison(run_dirs, group_by=group_by, metric=metric,
+                                           eval_name=eval_name, threshold=threshold,
+                                           allow_mixed=allow_mixed)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"png": out_dir / "comparison.png", "markdown": out_dir / "comparison.md",
@@ -247,8 +272,11 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
              f"OOD: mean over evaluated lengths > {high}; longest n: the longest length up to "
              f"which every evaluated length scores ≥ {100 * threshold:g}% on the group's mean "
              f"(or {best}) curve.", "",
-             markdown_table(summaries, group_by, threshold, definition), "",
-             f"Figure: {paths['png'].name}", "", "Runs:"]
+             markdown_table(summaries, group_by, threshold, definition), ""]
+    if finding := comparison_finding(groups, summaries, definition, group_by=group_by,
+                                     mixed=bool(mixed)):
+        notes += [f"What the curves show: {finding}", ""]
+    notes += [f"Figure: {paths['png'].name}", "", "Runs:"]
     notes += [f"- {name}: " + ", ".join(str(m.run_dir) for m in group["members"])
               for name, group in groups.items()]
     atomic_write_text(paths["markdown"], "\n".join(notes) + "\n")

@@ -81,6 +81,12 @@ def plot_comparison(groups: dict[str, dict[str, np.ndarray]], train_lengths: Seq
     best = "max" if metric not in METRICS or METRICS[metric].higher_is_better else "min"
     figure, axes = plt.subplots(figsize=(8, 4.5))
     mark_training_range(axes, train_lengths)
+    if all(int(group["runs"]) == 1 for group in groups.values()):
+        for name, group in groups.items():  # one seed: no band and no best-seed line to draw
+            axes.plot(group["lengths"], scale * group["mean"], linewidth=2, marker=".",
+                      label=f"{name} (1 seed)")
+        return _finish(figure, axes, f"{title}\none seed per group", _axis_label(metric),
+                       Path(path), percent=scale == 100.0)
     for name, group in groups.items():
         x, runs = group["lengths"], int(group["runs"])
         seeds = f"{runs} seed{'s' if runs != 1 else ''}"

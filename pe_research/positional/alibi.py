@@ -3,6 +3,12 @@
 bias[h, i, j] = -slope_h * |pos_i - pos_j|. In the causal decoder only j <= i is visible, so this
 is the paper's -slope * (i - j); in the bidirectional encoder the absolute distance keeps it
 symmetric. Acts in: encoder self and decoder self attention.
+
+A symmetric bias cannot tell left from right: a bidirectional encoder with ALiBi alone maps a
+string and its reverse to the same set of states (reversed), and cross-attention, which carries
+no position, reads them as a set. So an encoder-decoder cannot copy both a string and its
+reverse; on copy it stays near 50% exact match (docs/results.md). Use it decoder-only, as the
+paper does.
 """
 
 from __future__ import annotations

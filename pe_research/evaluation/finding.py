@@ -1,0 +1,98 @@
+"""One sentence of what a comparison shows, computed from its numbers, never written in advance.
+
+The sentence first checks that every group learned the training range (in-distribution mean at
+least ``learned``); a comparison of undertrained models says so and stops there. Otherwise the
+groups are sorted by their mean beyond the training range and split at the widest gap between
+neighbours: the curves part ways when that gap is at least ``part_ways`` and wider than the seed
+spread (std over seeds) of the two groups beside it. The length named in the sentence is the
+evaluated length beyond training where the two sides' mean curves are furthest apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+LEARNED = 0.95
+PART_WAYS = 0.10
+
+
+def _names(names: Sequence[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _percents(values: Sequence[float]) -> str:
+    """'35%' or '35% and 32%'."""
+    return _names([f"{100 * v:.0f}%" for v in values])
+
+
+def describe_comparison(groups: Mapping[str, Mapping[str, Any]],
+                        summaries: Mapping[str, Mapping[str, Any]],
+                        train_lengths: tuple[int, int], *, learned: float = LEARNED,
+                        part_ways: float = PART_WAYS, what: str = "exact match",
+                        noun: str = "groups") -> str:
+    """The sentence for accuracy curves (fractions, higher is better).
+
+    ``groups`` and ``summaries`` are ``compare.aggregate`` and ``compare.summarize_group``
+    outputs keyed by group name: each group has ``lengths`` [L] and ``mean`` [L]; each summary
+    ``in_dist_mean``, ``ood_mean``, ``ood_std`` (NaN for one seed) and ``runs``.
+    """
+    low, high = train_lengths
+    names = list(summaries)
+    seeds = sorted({int(s["runs"]) for s in summaries.values()})
+    each = noun.removesuffix("s")
+    seed_note = (("one seed" if seeds == [1] else f"{seeds[0]} seeds") + f" per {each}"
+                 if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]} seeds per {each}")
+    beyond = {name: group["lengths"] > high for name, group in groups.items()}
+    if not any(mask.any() for mask in beyond.values()):
+        return (f"No length beyond the training range {low}-{high} was evaluated, so the "
+                "figure shows nothing about extrapolation.")
+    short = [name for name in names if not summaries[name]["in_dist_mean"] >= learned]
+    if short:
+        scores = _percents([summaries[name]["in_dist_mean"] for name in short])
+        head = (f"No {each} learned the training lengths {low}-{high}" if len(short) == len(names)
+                else f"{_names(short)} did not learn the training lengths {low}-{high}")
+        return (f"{head} ({scores} {what} in distribution, below {100 * learned:.0f}%), so the "
+                f"curves beyond {high} compare undertrained models, not how the {noun} "
+                "extrapolate.")
+    order = sorted(names, key=lambda name: -summaries[name]["ood_mean"])
+    ood = [summaries[name]["ood_mean"] for name in order]
+    everyone = (f"All {len(names)} {noun} learned lengths {low}-{high} (at least "
+                f"{100 * learned:.0f}% {what} in distribution, {seed_note})")
+    if len(order) < 2:
+        return (f"{everyone}; beyond {high}, {order[0]} scores {_percents(ood)} on average.")
+    gaps = [ood[i] - ood[i + 1] for i in range(len(order) - 1)]
+    cut = int(np.argmax(gaps))
+    spread = max(np.nan_to_num(summaries[order[i]]["ood_std"]) for i in (cut, cut + 1))
+    if gaps[cut] < part_ways or gaps[cut] <= spread:
+        why = "seed spread" if gaps[cut] >= part_ways else f"{100 * part_ways:.0f} points"
+        return (f"{everyone}, and beyond {high} their curves do not part ways: mean {what} "
+                f"over the longer lengths ranges from {100 * ood[-1]:.0f}% to "
+                f"{100 * ood[0]:.0f}%, no gap between neighbours wider than {why}.")
+    top, bottom = order[:cut + 1], order[cut + 1:]
+    longest = max(int(group["lengths"].max()) for group in groups.values())
+    at = _widest_length(groups, top, bottom, high)
+    top_at = [float(groups[n]["mean"][groups[n]["lengths"] == at][0]) for n in top]
+    bottom_at = [float(groups[n]["mean"][groups[n]["lengths"] == at][0]) for n in bottom]
+    return (f"{everyone}; beyond {high} the curves part ways: {_names(top)} "
+            f"extrapolate{'s' if len(top) == 1 else ''} furthest ({_percents(ood[:cut + 1])} "
+            f"mean {what} over lengths {high + 1}-{longest}, {_percents(top_at)} at length {at}), "
+            f"while {_names(bottom)} fall{'s' if len(bottom) == 1 else ''} to "
+            f"{_percents(ood[cut + 1:])} ({_percents(bottom_at)} at length {at}).")
+
+
+def _widest_length(groups: Mapping[str, Mapping[str, Any]], top: Sequence[str],
+                   bottom: Sequence[str], high: int) -> int:
+    """The evaluated length beyond ``high`` where the worst of ``top`` leads the best of
+    ``bottom`` by the most (among lengths every group was evaluated at)."""
+    shared = set.intersection(*(set(groups[n]["lengths"].tolist()) for n in [*top, *bottom]))
+    candidates = sorted(n for n in shared if n > high)
+
+    def at(name: str, length: int) -> float:
+        return float(groups[name]["mean"][groups[name]["lengths"] == length][0])
+
+    return max(candidates, key=lambda n: (min(at(t, n) for t in top)
+                                          - max(at(b, n) for b in bottom), -n))

@@ -1,0 +1,83 @@
+"""The comparison's sentence follows the numbers: flip the curves and it flips."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pe_research.evaluation.compare import RunCurve, aggregate, comparison_finding, summarize_group
+from pe_research.evaluation.finding import describe_comparison
+from pe_research.evaluation.metrics import METRICS
+
+LENGTHS = np.arange(1, 13)  # trained on 1-6, evaluated to 12
+HOLDS = [1.0] * 6 + [0.9, 0.8, 0.6, 0.4, 0.2, 0.1]  # beyond 6: mean 0.5, 0.8 at 8
+COLLAPSES = [1.0] * 6 + [0.3, 0.0, 0.0, 0.0, 0.0, 0.0]  # beyond 6: mean 0.05, 0.0 at 8
+
+
+def sentence(curves: dict[str, list[list[float]]]) -> str:
+    """The finding for groups of per-seed curves (fractions at LENGTHS)."""
+    runs = [RunCurve(Path(f"{name}_{seed}"), {"data": {"train_lengths": [1, 6]}}, name,
+                     LENGTHS.copy(), np.asarray(values, float), "test")
+            for name, seeds in curves.items() for seed, values in enumerate(seeds)]
+    groups = aggregate(runs)
+    summaries = {name: summarize_group(group, 0.9) for name, group in groups.items()}
+    return comparison_finding(groups, summaries, METRICS["exact_match"])
+
+
+@pytest.mark.parametrize("good,bad", [("alibi", "rope"), ("rope", "alibi")])
+def test_sentence_names_the_scheme_that_holds_and_flips_with_the_curves(good, bad):
+    text = sentence({good: [HOLDS], bad: [COLLAPSES]})
+    assert text.startswith("All 2 groups learned lengths 1-6 (at least 95% decoded exact match "
+                           "in distribution, one seed per group)")
+    # the widest lead of the holding curve is at length 8 (0.8 vs 0.0)
+    assert (f"{good} extrapolates furthest (50% mean decoded exact match over lengths 7-12, "
+            f"80% at length 8), while {bad} falls to 5% (0% at length 8)") in text
+
+
+def test_three_groups_split_at_the_widest_gap():
+    middle = [1.0] * 6 + [0.8, 0.7, 0.5, 0.3, 0.1, 0.0]  # beyond 6: mean 0.4
+    text = sentence({"rope": [COLLAPSES], "alibi": [HOLDS], "none": [middle]})
+    assert "alibi and none extrapolate furthest" in text
+    assert "furthest (50% and 40% mean" in text and "while rope falls to 5%" in text
+
+
+def test_an_undertrained_group_is_said_instead_of_a_ranking():
+    weak = [0.9, 0.9, 0.8, 0.8, 0.7, 0.7] + COLLAPSES[6:]  # in distribution 80%
+    text = sentence({"alibi": [HOLDS], "rope": [weak]})
+    assert text.startswith("rope did not learn the training lengths 1-6 (80% decoded exact "
+                           "match in distribution, below 95%)")
+    assert "undertrained" in text and "extrapolates furthest" not in text
+    assert sentence({"alibi": [weak], "rope": [weak]}).startswith(
+        "No group learned the training lengths 1-6 (80% and 80%")
+
+
+def test_close_curves_do_not_part_ways():
+    near = [1.0] * 6 + [0.9, 0.8, 0.6, 0.4, 0.1, 0.0]  # beyond 6: mean 0.467
+    text = sentence({"alibi": [HOLDS], "rope": [near]})
+    assert "do not part ways" in text and "from 47% to 50%" in text and "10 points" in text
+
+
+def test_a_gap_inside_the_seed_spread_is_not_a_parting():
+    # alibi's seeds: beyond 6 means 0.5 and 0.0 -> mean 0.25, std 0.354 > gap 0.2
+    text = sentence({"alibi": [HOLDS, COLLAPSES[:6] + [0.0] * 6],
+                     "rope": [COLLAPSES, COLLAPSES]})
+    assert "2 seeds per group" in text
+    assert "do not part ways" in text and "seed spread" in text
+
+
+def test_nothing_beyond_training_is_said_so():
+    groups = {"rope": {"lengths": np.arange(1, 7), "mean": np.ones(6)}}
+    summaries = {"rope": {"in_dist_mean": 1.0, "ood_mean": float("nan"), "ood_std": 0.0,
+                          "runs": 1}}
+    assert describe_comparison(groups, summaries, (1, 6)).startswith(
+        "No length beyond the training range 1-6 was evaluated")
+
+
+def test_losses_get_no_sentence():
+    runs = [RunCurve(Path("a"), {"data": {"train_lengths": [1, 6]}}, "a", LENGTHS.copy(),
+                     np.ones(12), "test")]
+    groups = aggregate(runs, "loss")
+    summaries = {name: summarize_group(group, 0.9) for name, group in groups.items()}
+    assert comparison_finding(groups, summaries, METRICS["loss"]) is None
