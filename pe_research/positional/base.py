@@ -53,6 +53,9 @@ class PositionalScheme(nnx.Module):
     shared_across_layers: ClassVar[bool] = True
     # False for a scheme that ignores positions (randomizing them is then refused).
     consumes_positions: ClassVar[bool] = True
+    # True when shifting every position by a constant changes no output (the contract tests
+    # check it for every scheme that says so).
+    relative: ClassVar[bool] = False
 
     def __init__(self, pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs):
         self.d_model = d_model

@@ -55,6 +55,7 @@ class CoPE(PositionalScheme):
 
     name = "cope"
     acts_in = frozenset({DECODER_SELF})
+    relative = True
     shared_across_layers = False
     consumes_positions: ClassVar[bool] = False
 

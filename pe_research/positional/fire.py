@@ -57,6 +57,7 @@ class Fire(PositionalScheme):
 
     name = "fire"
     acts_in = SELF_ATTENTION
+    relative = True  # below the learned threshold L, where the normaliser is constant
     shared_across_layers = False
 
     def __init__(self, pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs):

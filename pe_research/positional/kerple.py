@@ -63,6 +63,7 @@ class _Kerple(PositionalScheme):
     """Two clamped per-head parameters and a kernel of distance; one instance per layer."""
 
     acts_in = SELF_ATTENTION
+    relative = True
     shared_across_layers = False
     # (high of the r1 initial range, high of the r2 initial range, upper clamp of r2)
     init_high: tuple[float, float] = (1.0, 1.0)

@@ -14,4 +14,5 @@ class NoPE(PositionalScheme):
 
     name = "none"
     acts_in = frozenset()
+    relative = True
     consumes_positions = False

@@ -12,12 +12,15 @@ from pe_research.errors import ConfigError
 from pe_research.positional.alibi import ALiBi
 from pe_research.positional.base import PositionalScheme
 from pe_research.positional.cope import CoPE
+from pe_research.positional.dynamic_bias import DynamicBias
 from pe_research.positional.fire import Fire
+from pe_research.positional.fox import Fox
 from pe_research.positional.kerple import KerpleLog, KerplePower
 from pe_research.positional.learned import Learned
 from pe_research.positional.nope import NoPE
 from pe_research.positional.randomize import RANDOMIZE_DEFAULTS, check_randomize_config
 from pe_research.positional.rope import RoPE
+from pe_research.positional.scaled_sinusoidal import ScaledSinusoidal
 from pe_research.positional.shaw import Shaw
 from pe_research.positional.sinusoidal import Sinusoidal
 from pe_research.positional.t5 import T5Bias
@@ -38,6 +41,9 @@ SCHEMES: dict[str, type[PositionalScheme]] = {
     "fire": Fire,
     "xpos": XPos,
     "cope": CoPE,
+    "scaled_sinusoidal": ScaledSinusoidal,
+    "dynamic_bias": DynamicBias,
+    "fox": Fox,
 }
 
 # Keys of model.pe that belong to the model, not to any one scheme.

@@ -7,6 +7,16 @@ so q_m . k_n depends on m - n only. Acts in: encoder self and decoder self atten
 
 ``model.pe.scaling`` selects a test-time frequency scaling (PI, NTK-aware, YaRN) for evaluating
 beyond the trained length; see ``rope_scaling`` for the formulas. The default is ``none``.
+
+Two options restrict the rotation (defaults: full RoPE):
+
+- ``rotary_fraction`` r: partial RoPE (GPT-J / GPT-NeoX ``rotary_pct``; x-transformers'
+  ``rotary_emb_dim``). Only the first R = 2 round(r D / 2) channels of each head rotate, with
+  the frequencies of an R-wide RoPE; the other D - R channels carry no position.
+- ``drop_lowest_frequencies`` f: p-RoPE (Barbero et al. 2025, "Round and Round We Go! What makes
+  Rotary Positional Encodings useful?", ICLR). The floor(f R / 2) lowest frequencies are set to
+  zero, so those channel pairs are not rotated and stay free for content; the paper's p, the
+  fraction of frequencies kept, is 1 - f.
 """
 
 from __future__ import annotations
@@ -52,20 +62,44 @@ def apply_rope(
     return rotate(x, rope_angles(positions, x.shape[-1], max_wavelength, scale))
 
 
+def rotated_width(head_dim: int, rotary_fraction: float) -> int:
+    """R: the even number of channels per head that partial RoPE rotates."""
+    return 2 * round(rotary_fraction * head_dim / 2)
+
+
+def drop_lowest(angles: jax.Array, fraction: float) -> jax.Array:
+    """Angles ``[..., R/2]`` with the floor(fraction R/2) lowest frequencies (last) set to 0."""
+    dropped = int(fraction * angles.shape[-1])
+    keep = jnp.arange(angles.shape[-1]) < angles.shape[-1] - dropped
+    return jnp.where(keep, angles, 0.0)
+
+
+def rotate_part(x: jax.Array, angles: jax.Array) -> jax.Array:
+    """Rotate the first ``2 * angles.shape[-1]`` channels of ``x [..., T, H, D]``; keep the rest."""
+    width = 2 * angles.shape[-1]
+    if width == x.shape[-1]:
+        return rotate(x, angles)
+    return jnp.concatenate([rotate(x[..., :width], angles), x[..., width:]], axis=-1)
+
+
 class RoPE(PositionalScheme):
     """Rotates queries and keys in self-attention; cross-attention is left untouched."""
 
     name = "rope"
     acts_in = SELF_ATTENTION
+    relative = True
 
     def __init__(self, pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs):
         super().__init__(pe, d_model=d_model, num_heads=num_heads, rngs=rngs)
         self.max_wavelength = float(pe["max_wavelength"])
         self.scaling = RopeScaling.from_mapping(pe.get("scaling"))
+        self.rotated = rotated_width(self.head_dim, float(pe.get("rotary_fraction", 1.0)))
+        self.dropped = float(pe.get("drop_lowest_frequencies", 0.0))
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:
-        return {"max_wavelength": 10_000.0, "scaling": dict(DEFAULT_SCALING)}
+        return {"max_wavelength": 10_000.0, "scaling": dict(DEFAULT_SCALING),
+                "rotary_fraction": 1.0, "drop_lowest_frequencies": 0.0}
 
     @classmethod
     def check_config(cls, pe: Mapping[str, Any], *, d_model: int, num_heads: int) -> None:
@@ -79,17 +113,28 @@ class RoPE(PositionalScheme):
         )
         require(pe["max_wavelength"] > 0, "model.pe.max_wavelength", pe["max_wavelength"], "> 0")
         RopeScaling.from_mapping(pe.get("scaling"))
+        fraction = pe.get("rotary_fraction", 1.0)
+        require(isinstance(fraction, int | float) and 0 < fraction <= 1
+                and rotated_width(head_dim, fraction) >= 2, "model.pe.rotary_fraction",
+                fraction, f"a fraction in (0, 1] that leaves at least one channel pair of the "
+                f"head ({head_dim} channels) rotating")
+        dropped = pe.get("drop_lowest_frequencies", 0.0)
+        require(isinstance(dropped, int | float) and 0 <= dropped < 1,
+                "model.pe.drop_lowest_frequencies", dropped,
+                "a fraction in [0, 1) of the lowest frequencies to stop rotating (p-RoPE)")
 
     def rotation_angles(self, positions: jax.Array) -> jax.Array:
-        """Angles ``[B, T, D/2]`` from the (possibly scaled) frequencies."""
+        """Angles ``[B, T, R/2]`` from the (possibly scaled) frequencies of an R-wide RoPE."""
         if self.scaling.type == "none":
-            return rope_angles(positions, self.head_dim, self.max_wavelength)
-        theta = scaled_inverse_wavelengths(self.head_dim, self.max_wavelength, self.scaling)
-        return jnp.asarray(positions, jnp.float32)[..., None] * theta
+            angles = rope_angles(positions, self.rotated, self.max_wavelength)
+        else:
+            theta = scaled_inverse_wavelengths(self.rotated, self.max_wavelength, self.scaling)
+            angles = jnp.asarray(positions, jnp.float32)[..., None] * theta
+        return drop_lowest(angles, self.dropped) if self.dropped else angles
 
     def transform_qk(self, q_BxTxHxD, k_BxSxHxD, q_positions_BxT, k_positions_BxS, kind):
-        q = rotate(q_BxTxHxD, self.rotation_angles(q_positions_BxT))
-        k = rotate(k_BxSxHxD, self.rotation_angles(k_positions_BxS))
+        q = rotate_part(q_BxTxHxD, self.rotation_angles(q_positions_BxT))
+        k = rotate_part(k_BxSxHxD, self.rotation_angles(k_positions_BxS))
         scale = attention_scale(self.scaling)  # YaRN's temperature: logits grow by scale^2
         if scale != 1.0:
             q, k = (q * scale).astype(q.dtype), (k * scale).astype(k.dtype)

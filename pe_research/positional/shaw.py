@@ -67,6 +67,7 @@ class Shaw(PositionalScheme):
 
     name = "shaw"
     acts_in = SELF_ATTENTION
+    relative = True
     shared_across_layers = False
 
     def __init__(self, pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs):

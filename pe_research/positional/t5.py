@@ -54,6 +54,7 @@ class T5Bias(PositionalScheme):
 
     name = "t5"
     acts_in = SELF_ATTENTION
+    relative = True
 
     def __init__(self, pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs):
         super().__init__(pe, d_model=d_model, num_heads=num_heads, rngs=rngs)

@@ -65,6 +65,7 @@ class TransformerXL(PositionalScheme):
 
     name = "transformer_xl"
     acts_in = SELF_ATTENTION
+    relative = True
     shared_across_layers = False
 
     def __init__(self, pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs):

@@ -61,6 +61,7 @@ class XPos(PositionalScheme):
 
     name = "xpos"
     acts_in = SELF_ATTENTION
+    relative = True
 
     def __init__(self, pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs):
         super().__init__(pe, d_model=d_model, num_heads=num_heads, rngs=rngs)

@@ -1,0 +1,83 @@
+"""Forgetting Transformer, FoX (Lin et al. 2025, "Forgetting Transformer: Softmax Attention with a
+Forget Gate", ICLR): a data-dependent decay of the attention logits.
+
+Each head has a forget gate per token, f_t = sigmoid(w_h . x_t + b_h), and in causal
+self-attention
+    bias[h, i, j] = sum_{l = j+1 .. i} log f_l = c_i - c_j,   c_t = sum_{l <= t} log f_l,
+computed with a cumulative sum over the keys, never a loop. With f constant this is ALiBi with
+slope -log f; a learned, input-dependent f lets a head keep or drop the past.
+
+Defaults follow the authors' code (zhixuan-lin/forgetting-transformer,
+src/forgetting_transformer/model/forgetting_transformer/modeling_forgetting_transformer.py,
+``fgate_type='full'``): one gate projection with bias per layer, weight N(0, 0.02), bias 0, no
+other positional encoding (NoPE). One difference: the gate reads the layer input through the key
+projection, w_h . (W_k x_t) with all heads' keys concatenated, so that the decoding cache, which
+holds keys, also holds everything the gate needs. With a square W_k (d_model = heads x head
+size) that spans the same gates as w_h . x_t.
+
+c_i sums the keys visible to query i (the attention mask), and c_j is the cumulative sum up to
+key j, so padding and the empty slots of a decoding cache never enter. The bias is added to the
+fused attention kernel. Acts in: decoder self-attention only (it is causal); an encoder-only
+model has none and is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from pe_research.positional.base import DECODER_SELF, PositionalScheme, require
+
+
+def forget_bias(log_forget_BxSxH: jax.Array, mask_BxTxS: jax.Array) -> jax.Array:
+    """``bias[b, h, i, j] = sum_{l visible to i, l > j} log f_l``, float32 ``[B, H, T, S]``.
+
+    Keys are in causal order along S, so the keys visible to query i are a prefix of it.
+    """
+    log_forget = log_forget_BxSxH.astype(jnp.float32)
+    through_key = jnp.cumsum(log_forget, axis=1)  # c_j  [B, S, H]
+    through_query = jnp.einsum("bts,bsh->bht", mask_BxTxS.astype(jnp.float32), log_forget)
+    return through_query[..., None] - jnp.moveaxis(through_key, -1, 1)[:, :, None, :]
+
+
+class Fox(PositionalScheme):
+    """A forget-gate projection per decoder layer; the decay bias in causal self-attention."""
+
+    name = "fox"
+    acts_in = frozenset({DECODER_SELF})
+    relative = True  # the bias depends on the order of tokens, never on position values
+    shared_across_layers = False
+    consumes_positions = False
+
+    def __init__(self, pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs):
+        super().__init__(pe, d_model=d_model, num_heads=num_heads, rngs=rngs)
+        self.gate = nnx.Linear(
+            num_heads * self.head_dim, num_heads,
+            kernel_init=nnx.initializers.normal(stddev=float(pe["gate_init_std"])),
+            bias_init=nnx.initializers.constant(float(pe["gate_bias_init"])), rngs=rngs)
+
+    @classmethod
+    def default_config(cls) -> dict[str, Any]:
+        return {"gate_init_std": 0.02, "gate_bias_init": 0.0}
+
+    @classmethod
+    def check_config(cls, pe: Mapping[str, Any], *, d_model: int, num_heads: int) -> None:
+        require(pe["gate_init_std"] >= 0, "model.pe.gate_init_std", pe["gate_init_std"], ">= 0")
+
+    def log_forget(self, k_BxSxHxD: jax.Array) -> jax.Array:
+        """``log f`` per key and head, ``[B, S, H]`` (float32)."""
+        flat = k_BxSxHxD.reshape(*k_BxSxHxD.shape[:2], -1).astype(jnp.float32)
+        return jax.nn.log_sigmoid(self.gate(flat))
+
+    def explicit_attention(self, q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias_BxHxTxS, mask_BxTxS,
+                           q_positions_BxT, k_positions_BxS, kind):
+        bias = forget_bias(self.log_forget(k_BxSxHxD), mask_BxTxS)
+        if bias_BxHxTxS is not None:
+            bias = bias + bias_BxHxTxS
+        return jax.nn.dot_product_attention(q_BxTxHxD, k_BxSxHxD, v_BxSxHxD,
+                                            bias=bias.astype(q_BxTxHxD.dtype),
+                                            mask=mask_BxTxS[:, None, :, :])

@@ -1,0 +1,194 @@
+"""The contract every registered scheme keeps, tested from its registry line alone.
+
+For each entry of ``SCHEMES`` (and each entry of ``VARIANTS``, the options that change a
+scheme's math) inside the tiny encoder-decoder: eager == jit (forward and backward), a
+gradient reaches every scheme parameter the model calls, padding changes no real output, the
+decoder is causal, cached decoding equals teacher forcing, a scheme that declares itself
+``relative`` is blind to a shift of all positions, bfloat16 compute gives a finite loss, and
+the model config survives ``config.json``. Golden values of each scheme's formula live in the
+per-scheme test files.
+"""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from tiny_models import arange_positions, random_inputs, tiny_config, tiny_model
+
+from pe_research.config import base_config, from_mapping, save_config
+from pe_research.evaluation.metrics import token_cross_entropy
+from pe_research.model import ModelConfig
+from pe_research.positional import (
+    DECODER_SELF,
+    ENCODER_SELF,
+    SCHEMES,
+    build_scheme,
+    default_pe_config,
+    random_positions,
+)
+from pe_research.runs.run_dir import RunDir
+
+# Options that change a scheme's math: each is a contract entry of its own.
+VARIANTS: dict[str, dict] = {
+    "alibi:learnable_slopes_on_1_of_2_heads": {"heads": 1, "learnable_slopes": True},
+    "rope:partial_and_p_rope": {"rotary_fraction": 0.5, "drop_lowest_frequencies": 0.5},
+    "dynamic_bias:log_distance_norm_depth_3": {"log_distance": True, "norm": True,
+                                               "mlp_depth": 3},
+}
+ENTRIES = [(name, {}) for name in sorted(SCHEMES)] + [
+    (variant.split(":")[0], pe) for variant, pe in sorted(VARIANTS.items())]
+IDS = sorted(SCHEMES) + sorted(VARIANTS)
+
+
+def entry_model(name: str, pe: dict, **overrides) -> nnx.Module:
+    return tiny_model(name, pe=dict(pe), **overrides)
+
+
+def masks(source, target):
+    return jnp.ones(source.shape, bool), jnp.ones(target.shape, bool)
+
+
+def loss_of(model, source, target, s_pos, t_pos, key=None):
+    s_mask, t_mask = masks(source, target)
+    logits = model(source, target, s_pos, t_pos, s_mask, t_mask, dropout_key=key)
+    return token_cross_entropy(logits, target, t_mask)
+
+
+def scheme_parameters(name: str, grads) -> list[tuple[str, jax.Array]]:
+    """Gradient leaves of the scheme instances that the model calls."""
+    pe = SCHEMES[name]
+    found = []
+    for path, grad in jax.tree_util.tree_leaves_with_path(grads):
+        keys = [getattr(k, "key", None) for k in path]
+        in_encoder = keys[0] == "encoder_layers" and "own_pe" in keys
+        in_decoder = keys[0] == "decoder_layers" and "own_pe" in keys
+        if ((in_encoder and ENCODER_SELF in pe.acts_in)
+                or (in_decoder and DECODER_SELF in pe.acts_in)
+                or (keys[0] == "pe" and pe.shared_across_layers)):
+            found.append((jax.tree_util.keystr(path), grad))
+    return found
+
+
+@pytest.mark.parametrize(("name", "pe"), ENTRIES, ids=IDS)
+def test_eager_equals_jit_forward_and_backward_and_every_parameter_learns(name, pe):
+    model = entry_model(name, pe, dropout_rate=0.1)
+    source, target = random_inputs()
+    s_pos, t_pos = arange_positions(2, 6), arange_positions(2, 5)
+    graph, params, rest = nnx.split(model, nnx.Param, ...)
+    key = jax.random.key(3)
+
+    def loss(params):
+        return loss_of(nnx.merge(graph, params, rest), source, target, s_pos, t_pos, key)
+
+    eager_loss, eager_grads = jax.value_and_grad(loss)(params)
+    jit_loss, jit_grads = jax.jit(jax.value_and_grad(loss))(params)
+    assert np.isfinite(float(eager_loss))
+    np.testing.assert_allclose(jit_loss, eager_loss, rtol=1e-5)
+    for eager, jitted in zip(jax.tree.leaves(eager_grads), jax.tree.leaves(jit_grads), strict=True):
+        np.testing.assert_allclose(jitted, eager, rtol=1e-4, atol=1e-6)
+    required = scheme_parameters(name, eager_grads)
+    standalone = build_scheme({**default_pe_config(name), **pe}, d_model=16, num_heads=2,
+                              rngs=nnx.Rngs(0))
+    assert bool(required) == bool(jax.tree.leaves(nnx.state(standalone, nnx.Param)))
+    for path, grad in required:
+        assert float(jnp.max(jnp.abs(grad))) > 0, f"no gradient reaches {path}"
+
+
+@pytest.mark.parametrize(("name", "pe"), ENTRIES, ids=IDS)
+def test_padding_changes_no_real_output(name, pe):
+    model = entry_model(name, pe)
+    source, target = random_inputs(batch=2, source_len=6, target_len=5)
+    s_mask, t_mask = masks(source, target)
+    reference = model(source, target, arange_positions(2, 6), arange_positions(2, 5), s_mask,
+                      t_mask)
+    pad = lambda x, n: jnp.pad(x, ((0, 0), (0, n)))  # noqa: E731
+    logits = model(pad(source, 4), pad(target, 3), arange_positions(2, 10),
+                   arange_positions(2, 8), pad(s_mask, 4), pad(t_mask, 3))
+    np.testing.assert_allclose(logits[:, :5], reference, atol=1e-5)
+
+
+@pytest.mark.parametrize(("name", "pe"), ENTRIES, ids=IDS)
+def test_decoder_is_causal(name, pe):
+    """Logits at step t have zero gradient w.r.t. the embeddings of target tokens after t."""
+    model = entry_model(name, pe, tie_output=False)
+    target = jnp.asarray([[3, 4, 5, 6, 7]], jnp.int32)  # each token appears nowhere else
+    source = jnp.full((1, 6), 12, jnp.int32)
+    graph, params, rest = nnx.split(model, nnx.Param, ...)
+    s_mask, t_mask = masks(source, target)
+    t = 2
+
+    def logit_at_t(params):
+        logits = nnx.merge(graph, params, rest)(source, target, arange_positions(1, 6),
+                                                arange_positions(1, 5), s_mask, t_mask)
+        return jnp.sum(logits[:, t])
+
+    grad_table = nnx.state(nnx.merge(graph, jax.grad(logit_at_t)(params), rest)).embed.embedding
+    row_norms = jnp.linalg.norm(grad_table[...], axis=-1)
+    assert float(jnp.max(row_norms[target[0, t + 1:]])) == 0.0
+    assert float(jnp.min(row_norms[target[0, : t + 1]])) > 0.0
+
+
+@pytest.mark.parametrize(("name", "pe"), ENTRIES, ids=IDS)
+def test_cached_decoding_equals_teacher_forcing_and_relative_schemes_ignore_shifts(name, pe):
+    model = entry_model(name, pe)
+    graph, state = nnx.split(model)
+    decode_step = jax.jit(lambda state, *args: nnx.merge(graph, state).decode_step(*args))
+    source, target = random_inputs()
+    s_mask, t_mask = masks(source, target)
+    # Gapped positions: the cache must carry them, not assume 0, 1, 2, ...; rows 2-3 repeat
+    # rows 0-1 with every position shifted by 37.
+    s_pos = random_positions(jax.random.key(1), s_mask, 48)
+    t_pos = random_positions(jax.random.key(2), t_mask, 48)
+    s_pos, t_pos = jnp.concatenate([s_pos, s_pos + 37]), jnp.concatenate([t_pos, t_pos + 37])
+    source, target, s_mask, t_mask = (jnp.concatenate([x, x])
+                                      for x in (source, target, s_mask, t_mask))
+
+    @jax.jit
+    def teacher_forced(state):
+        model = nnx.merge(graph, state)
+        encoded = model.encode(source, s_pos, s_mask)
+        return encoded, model.decode(target, t_pos, encoded, s_pos, s_mask, t_mask)
+
+    encoded, full = teacher_forced(state)
+    shift = float(jnp.max(jnp.abs(full[2:] - full[:2])))
+    if SCHEMES[name].relative:
+        assert shift < 2e-4, f"{name} declares itself relative but sees a shift ({shift})"
+    cache = model.init_cache(4, 8)  # longer than the target: 3 slots stay empty
+    for t in range(target.shape[1]):
+        logits, cache = decode_step(state, target[:, t:t + 1], t_pos[:, t:t + 1], encoded,
+                                    s_pos, s_mask, cache)
+        np.testing.assert_allclose(logits, full[:, t], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("name", "pe"), ENTRIES, ids=IDS)
+def test_bfloat16_compute_gives_a_finite_loss(name, pe):
+    model = entry_model(name, pe, dtype="bfloat16")
+    source, target = random_inputs()
+    loss = loss_of(model, source, target, arange_positions(2, 6), arange_positions(2, 5))
+    assert loss.dtype == jnp.float32 and np.isfinite(float(loss))
+
+
+@pytest.mark.parametrize(("name", "pe"), ENTRIES, ids=IDS)
+def test_config_survives_config_json(name, pe, tmp_path):
+    config = base_config(task="copy", pe=name)
+    config.model.pe.update(pe)
+    stored = json.loads(save_config(config, tmp_path).read_text())
+    assert stored == json.loads(RunDir(tmp_path).config.read_text())
+    restored = from_mapping(stored)
+    assert restored.model.pe.to_dict() == config.model.pe.to_dict()
+    fields = {**restored.model.to_dict(), "vocab_size": 13}
+    assert ModelConfig.from_mapping(fields) == ModelConfig.from_mapping(
+        {**config.model.to_dict(), "vocab_size": 13})
+    assert tiny_config(name, pe=dict(pe)).pe["type"] == name
+
+
+def test_per_layer_schemes_build_their_own_instances():
+    model = tiny_model("transformer_xl", num_encoder_layers=2)
+    first, second = (layer.own_pe for layer in model.encoder_layers)
+    assert first is not None and second is not None
+    assert not np.allclose(first.u[...], second.u[...])
