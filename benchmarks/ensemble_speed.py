@@ -17,12 +17,11 @@ dense bf16 peak, and peak device memory.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import jax
+from step_timing import memory_gb, peak_flops, timed
 
 from pe_research import data
 from pe_research.config import collect_overrides, load_config
@@ -34,38 +33,6 @@ from pe_research.training.optimizer import make_optimizer
 from pe_research.training.steps import make_ensemble_steps, make_steps
 
 REPO = Path(__file__).resolve().parents[1]
-# Dense bf16 peak FLOP/s of known accelerators (for MFU); CPUs report FLOP/s only.
-PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
-
-
-def peak_flops(device: jax.Device) -> float | None:
-    kind = getattr(device, "device_kind", "")
-    return next((peak for name, peak in PEAK_FLOPS.items() if name in kind), None)
-
-
-def timed(step, params, opt_state, batches, steps: int) -> tuple[float, float]:
-    """(compile + first step seconds, median seconds per step over blocks of the rest)."""
-    start = time.perf_counter()
-    params, opt_state, metrics = step(params, opt_state, batches[0], 0)
-    jax.block_until_ready(metrics)
-    compile_s = time.perf_counter() - start
-    for i in range(1, 3):  # warm-up
-        params, opt_state, metrics = step(params, opt_state, batches[i % len(batches)], i)
-    jax.block_until_ready(metrics)
-    blocks = []
-    for block in range(3):
-        start = time.perf_counter()
-        for i in range(steps):
-            params, opt_state, metrics = step(params, opt_state,
-                                              batches[(block * steps + i) % len(batches)], i)
-        jax.block_until_ready(metrics)
-        blocks.append((time.perf_counter() - start) / steps)
-    return compile_s, statistics.median(blocks)
-
-
-def memory_gb(device: jax.Device) -> float | None:
-    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
-    return stats["peak_bytes_in_use"] / 2**30 if stats and "peak_bytes_in_use" in stats else None
 
 
 def main() -> None:

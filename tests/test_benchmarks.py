@@ -42,3 +42,16 @@ def test_ensemble_speed_prints_one_row_per_member_count():
     rows = [line for line in out.splitlines() if line.startswith("| ") and "members" not in line]
     assert [row.split("|")[1].strip() for row in rows] == ["1", "2"]
     assert "single run:" in out
+
+
+@pytest.mark.slow
+def test_scheme_cost_flags_the_schemes_that_build_per_pair_vectors():
+    out = run_script("benchmarks/scheme_cost.py", "--lengths", "16", "--steps", "1",
+                     "--batch-size", "4", "--schemes", "fire,shaw,dynamic_bias")
+    rows = {row.split("|")[1].strip(): row for row in out.splitlines() if row.startswith("| ")
+            and "scheme" not in row}
+    assert list(rows) == ["none", "fire", "shaw", "dynamic_bias"]  # NoPE first: the reference
+    assert "1.00x" in rows["none"]
+    assert "[4, 16, 16, 32]" in rows["fire"]  # FIRE's MLP: 32 hidden units per pair
+    assert "[4, 16, 16, 16]" in rows["dynamic_bias"]  # d_model / 4 hidden units per pair
+    assert rows["shaw"].rstrip(" |").endswith("-")  # its value term runs one table row at a time

@@ -61,6 +61,18 @@ def test_attention_golden_by_hand():
     np.testing.assert_allclose(out[0, :, 0, 0], [1.0, 1 / (1 + math.exp(-5))], rtol=1e-6)
 
 
+def test_the_position_logit_is_divided_by_sqrt_head_dim_as_in_the_authors_code():
+    # head size 4, q = 1, k = 0, e[p] = 10 p in every channel: q . e[p] = 40 p, over sqrt(4) = 20 p.
+    # Query 1 counts p = (1, 1/2): logits (20, 10), so with v = (1, 0) the output is sigmoid(10).
+    pe = cope(head_dim=4)
+    pe.table[...] = jnp.tile(jnp.asarray([[0.0, 10.0, 20.0]]), (4, 1))
+    q, k = jnp.ones((1, 2, 1, 4)), jnp.zeros((1, 2, 1, 4))
+    v = jnp.zeros((1, 2, 1, 4)).at[0, 0].set(1.0)
+    pos = jnp.asarray([[0, 1]])
+    out = pe.explicit_attention(q, k, v, None, CAUSAL_2, pos, pos, DECODER_SELF)
+    np.testing.assert_allclose(out[0, 1, 0], 1 / (1 + math.exp(-10)), rtol=1e-6)
+
+
 def test_unfilled_cache_slots_do_not_count():
     pe = cope(npos_max=8, head_dim=4)
     pe.table[...] = jax.random.normal(jax.random.key(1), (4, 8))

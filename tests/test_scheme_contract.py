@@ -21,6 +21,7 @@ from flax import nnx
 from tiny_models import arange_positions, random_inputs, tiny_config, tiny_model
 
 from pe_research.config import base_config, from_mapping, save_config
+from pe_research.errors import ConfigError
 from pe_research.evaluation.metrics import token_cross_entropy
 from pe_research.model import ModelConfig
 from pe_research.positional import (
@@ -28,6 +29,7 @@ from pe_research.positional import (
     ENCODER_SELF,
     SCHEMES,
     build_scheme,
+    check_pe_config,
     default_pe_config,
     random_positions,
 )
@@ -39,13 +41,19 @@ VARIANTS: dict[str, dict] = {
     "rope:partial_and_p_rope": {"rotary_fraction": 0.5, "drop_lowest_frequencies": 0.5},
     "dynamic_bias:log_distance_norm_depth_3": {"log_distance": True, "norm": True,
                                                "mlp_depth": 3},
+    "dape:on_kerple_log": {"base": "kerple_log"},
 }
+# A representative per-layer mix (RNoPE-like, two layers per stack): its own entry, too.
+PER_LAYER = {"layers": ("rope", {"type": "alibi", "heads": 1})}
+VARIANTS["none:per_layer_rope_then_alibi"] = PER_LAYER
 ENTRIES = [(name, {}) for name in sorted(SCHEMES)] + [
     (variant.split(":")[0], pe) for variant, pe in sorted(VARIANTS.items())]
 IDS = sorted(SCHEMES) + sorted(VARIANTS)
 
 
 def entry_model(name: str, pe: dict, **overrides) -> nnx.Module:
+    if pe.get("layers"):
+        overrides = {"num_encoder_layers": 2, "num_decoder_layers": 2, **overrides}
     return tiny_model(name, pe=dict(pe), **overrides)
 
 
@@ -192,3 +200,44 @@ def test_per_layer_schemes_build_their_own_instances():
     first, second = (layer.own_pe for layer in model.encoder_layers)
     assert first is not None and second is not None
     assert not np.allclose(first.u[...], second.u[...])
+
+
+def test_a_layer_pattern_repeats_over_each_stack_and_each_layer_gets_its_instance():
+    model = tiny_model("rope", num_encoder_layers=5, num_decoder_layers=2,
+                       pe={"layers": ("rope", "rope", "rope", "none")})
+    names = [type(layer.own_pe).__name__ for layer in model.encoder_layers]
+    assert names == ["RoPE", "RoPE", "RoPE", "NoPE", "RoPE"]
+    assert [type(layer.own_pe).__name__ for layer in model.decoder_layers] == ["RoPE", "RoPE"]
+
+
+def test_one_entry_pattern_equals_the_scheme_everywhere():
+    # RoPE has no parameters, so both models hold the same parameters from the same seed.
+    source, target = random_inputs()
+    s_mask, t_mask = masks(source, target)
+    args = (source, target, arange_positions(2, 6), arange_positions(2, 5), s_mask, t_mask)
+    plain = tiny_model("rope", num_encoder_layers=2)(*args)
+    pattern = tiny_model("none", num_encoder_layers=2, pe={"layers": ("rope",)})(*args)
+    np.testing.assert_allclose(pattern, plain, atol=1e-6)
+    mixed = tiny_model("none", num_encoder_layers=2, pe={"layers": ("rope", "none")})(*args)
+    assert float(jnp.max(jnp.abs(mixed - plain))) > 1e-4
+
+
+def test_an_entry_of_the_models_own_type_takes_its_options():
+    model = tiny_model("alibi", num_heads=2, pe={"heads": 1, "layers": ("alibi", "t5")})
+    first = model.encoder_layers[0].own_pe
+    np.testing.assert_allclose(first.current_slopes()[1], 0.0)  # heads=1 carried over
+    assert type(tiny_model("alibi", num_encoder_layers=2, pe={"layers": ("alibi", "t5")})
+                .encoder_layers[1].own_pe).__name__ == "T5Bias"
+
+
+@pytest.mark.parametrize(("layers", "message"), [
+    (("rope", "learned"), r"model.pe.layers\[1\]='learned'.*at the input"),
+    (("rope", "nope"), r"model.pe.layers\[1\]='nope'.*choose one of"),
+    (({"type": "alibi", "slope": 2},), r"model.pe.layers\[0\].slope=2.*not a key"),
+    (({"type": "rope", "rotary_fraction": 2.0},), r"model.pe.rotary_fraction"),
+    ((3,), r"model.pe.layers\[0\]=3.*a scheme name"),
+])
+def test_bad_layer_entries_are_one_line_config_errors(layers, message):
+    pe = {**default_pe_config("rope"), "layers": layers}
+    with pytest.raises(ConfigError, match=message):
+        check_pe_config(pe, d_model=16, num_heads=2)

@@ -11,7 +11,12 @@ from flax import nnx
 from pe_research.model.attention import MultiHeadAttention
 from pe_research.model.config import ModelConfig
 from pe_research.positional.base import CROSS, DECODER_SELF, ENCODER_SELF, AttentionKind
-from pe_research.positional.registry import build_scheme, scheme_class
+from pe_research.positional.registry import (
+    build_scheme,
+    default_pe_config,
+    layer_blocks,
+    scheme_class,
+)
 
 ACTIVATION_FUNCTIONS = {"gelu": jax.nn.gelu, "relu": jax.nn.relu}
 
@@ -65,11 +70,19 @@ def make_attention(config: ModelConfig, kind: AttentionKind, rngs: nnx.Rngs) -> 
                               implementation=config.attention_implementation, rngs=rngs)
 
 
-def layer_scheme(config: ModelConfig, kinds: frozenset[AttentionKind], rngs: nnx.Rngs):
-    """This layer's own scheme instance if the scheme is per-layer and acts in one of ``kinds``.
+def layer_scheme(config: ModelConfig, kinds: frozenset[AttentionKind], rngs: nnx.Rngs,
+                 index: int = 0):
+    """Layer ``index``'s own scheme instance, or None for the model's shared instance.
 
-    None means the layer uses the model's shared instance.
+    With ``model.pe.layers`` every layer gets its own instance of its pattern entry (NoPE where
+    that scheme does not act in ``kinds``); otherwise only per-layer schemes that act here do.
     """
+    if config.pe.get("layers"):
+        blocks = layer_blocks(config.pe)
+        block = blocks[index % len(blocks)]
+        if not scheme_class(block["type"]).acts_in & kinds:
+            block = default_pe_config("none")
+        return build_scheme(block, d_model=config.d_model, num_heads=config.num_heads, rngs=rngs)
     scheme = scheme_class(config.pe["type"])
     if scheme.shared_across_layers or not scheme.acts_in & kinds:
         return None
@@ -93,12 +106,12 @@ class EncoderLayer(nnx.Module):
     the layer of a decoder-only model, which may run with a key/value cache)."""
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs,
-                 kind: AttentionKind = ENCODER_SELF):
+                 kind: AttentionKind = ENCODER_SELF, index: int = 0):
         self.self_attention = make_attention(config, kind, rngs)
         self.feed_forward = FeedForward(config, rngs=rngs)
         self.attention_block = Sublayer(config, rngs=rngs)
         self.feed_forward_block = Sublayer(config, rngs=rngs)
-        self.own_pe = layer_scheme(config, frozenset({kind}), rngs)
+        self.own_pe = layer_scheme(config, frozenset({kind}), rngs, index)
 
     def __call__(self, x_BxSxD, positions_BxS, mask_BxSxS, pe, key, cache=None):
         pe = self.own_pe or pe
@@ -113,14 +126,14 @@ class EncoderLayer(nnx.Module):
 class DecoderLayer(nnx.Module):
     """Causal self-attention, cross-attention to the encoder, feed-forward."""
 
-    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs, index: int = 0):
         self.self_attention = make_attention(config, DECODER_SELF, rngs)
         self.cross_attention = make_attention(config, CROSS, rngs)
         self.feed_forward = FeedForward(config, rngs=rngs)
         self.self_block = Sublayer(config, rngs=rngs)
         self.cross_block = Sublayer(config, rngs=rngs)
         self.feed_forward_block = Sublayer(config, rngs=rngs)
-        self.own_pe = layer_scheme(config, frozenset({DECODER_SELF, CROSS}), rngs)
+        self.own_pe = layer_scheme(config, frozenset({DECODER_SELF, CROSS}), rngs, index)
 
     def __call__(self, y_BxTxD, encoded_BxSxD, positions_BxT, source_positions_BxS,
                  self_mask_BxTxT, cross_mask_BxTxS, pe, key, cache=None):

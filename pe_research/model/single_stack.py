@@ -62,8 +62,8 @@ class SingleStackTransformer(TokenModel):
         self.config = config
         self.causal = config.architecture == "decoder_only"
         self.pe, self.embed, self.input_projection = input_modules(config, rngs)
-        self.layers = nnx.List([EncoderLayer(config, rngs=rngs, kind=config.stack_kind)
-                                for _ in range(config.num_layers)])
+        self.layers = nnx.List([EncoderLayer(config, rngs=rngs, kind=config.stack_kind, index=i)
+                                for i in range(config.num_layers)])
         self.final_norm = stack_norm(config, rngs)
         self.output_projection = output_projection(config, rngs)
 

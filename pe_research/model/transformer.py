@@ -113,9 +113,9 @@ class Seq2SeqTransformer(TokenModel):
         self.config = config
         self.pe, self.embed, self.input_projection = input_modules(config, rngs)
         self.encoder_layers = nnx.List(
-            [EncoderLayer(config, rngs=rngs) for _ in range(config.num_encoder_layers)])
+            [EncoderLayer(config, rngs=rngs, index=i) for i in range(config.num_encoder_layers)])
         self.decoder_layers = nnx.List(
-            [DecoderLayer(config, rngs=rngs) for _ in range(config.num_decoder_layers)])
+            [DecoderLayer(config, rngs=rngs, index=i) for i in range(config.num_decoder_layers)])
         self.encoder_norm = stack_norm(config, rngs)
         self.decoder_norm = stack_norm(config, rngs)
         self.output_projection = output_projection(config, rngs)

@@ -4,9 +4,13 @@ In causal self-attention, for query i and visible key j:
     g_it = sigmoid(q_i . k_t / sqrt(D))              gate: does token t count?
     p_ij = sum_{t = j .. i} g_it                      a fractional, context-dependent position
     e[p] = (p - floor p) e[ceil p] + (ceil p - p) e[floor p]     (p clamped to npos_max - 1)
-    logit_ij = q_i . k_j / sqrt(D) + q_i . e[p_ij]
+    logit_ij = (q_i . k_j + q_i . e[p_ij]) / sqrt(D)
 with a learned table e of ``npos_max`` vectors of head size, shared by the heads, initialised to
-zero, one table per layer (all as in the paper's code). The sum over t needs the attention mask
+zero, one table per layer: all as in the authors' code (facebookresearch/RAM,
+projects/cope/src/cope/context_position.py, default flags: the position logit is divided by
+sqrt(D) together with the content logit). There ``npos`` defaults to the context size + 1, so
+no count is ever clamped; ``npos_max`` = 64 here counts up to 63 and clamps beyond (set it to
+the longest sequence + 1 to match). The sum over t needs the attention mask
 (only visible keys count, also in the decoding cache), so attention is computed explicitly.
 
 Acts in: decoder self-attention only (the paper's setting; the count runs over the causal past).
@@ -80,7 +84,8 @@ class CoPE(PositionalScheme):
                               f"cope acts only in causal decoder self-attention, not {kind.value}")
         logits = scaled_logits(q_BxTxHxD, k_BxSxHxD)
         positions = cope_positions(logits, mask_BxTxS, self.npos_max)
-        logits = logits + cope_logits(q_BxTxHxD, self.table[...], positions)
+        scale = self.head_dim ** -0.5  # the authors divide the position logit by sqrt(D) too
+        logits = logits + scale * cope_logits(q_BxTxHxD, self.table[...], positions)
         if bias_BxHxTxS is not None:
             logits = logits + bias_BxHxTxS
         probs = masked_softmax(logits, mask_BxTxS)

@@ -3,8 +3,11 @@
     bias[h, i, j] = f_h( psi(p_i - p_j) / psi(max(L, p_i)) ),   psi(x) = log(|c| x + 1)
 f is an MLP 1 -> width -> ReLU -> H; c and the threshold L = |l * L0| are learned (l starts at
 1, L0 = ``init_threshold``), as in the paper's reference code; its eps keeps psi(.) > 0 in the
-denominator. Normalising by the query position makes the input lie in [0, 1] for every length,
-so longer sequences interpolate instead of extrapolating; below L the bias is relative.
+denominator. Defaults (``mlp_width`` 32, ``init_c`` 0.1, ``init_threshold`` 512, ``eps`` 1e-6)
+are that code's (the paper's appendix, as reproduced in mcleish7/arithmetic,
+cramming/architectures/embeddings.py, class FIRE). Normalising by the query position makes the
+input lie in [0, 1] for every length, so longer sequences interpolate instead of extrapolating;
+below L the bias is relative.
 
 Bidirectional encoder (the paper is decoder-only): the input is signed and normalised by the
 larger of the two positions,

@@ -12,6 +12,7 @@ from pe_research.errors import ConfigError
 from pe_research.positional.alibi import ALiBi
 from pe_research.positional.base import PositionalScheme
 from pe_research.positional.cope import CoPE
+from pe_research.positional.dape import Dape
 from pe_research.positional.dynamic_bias import DynamicBias
 from pe_research.positional.fire import Fire
 from pe_research.positional.fox import Fox
@@ -44,11 +45,14 @@ SCHEMES: dict[str, type[PositionalScheme]] = {
     "scaled_sinusoidal": ScaledSinusoidal,
     "dynamic_bias": DynamicBias,
     "fox": Fox,
+    "dape": Dape,
 }
 
 # Keys of model.pe that belong to the model, not to any one scheme.
+# ``layers``: () means one scheme everywhere; otherwise a pattern repeated over each stack's
+# layers (``layer_blocks``).
 COMMON_DEFAULTS: dict[str, Any] = {"type": "rope", "combine": "add",
-                                   "randomize": RANDOMIZE_DEFAULTS}
+                                   "randomize": RANDOMIZE_DEFAULTS, "layers": ()}
 # add: token + position. concat: W [token; position] + b, back to d_model. split: [token; position]
 # with token and position each d_model / 2 wide, no projection (same width, no extra parameters).
 COMBINE_CHOICES = ("add", "concat", "split")
@@ -78,6 +82,48 @@ def check_pe_config(pe: Mapping[str, Any], *, d_model: int, num_heads: int) -> N
         raise ConfigError("model.pe.combine", pe["combine"], f"choose one of {COMBINE_CHOICES}")
     cls.check_config(pe, d_model=d_model, num_heads=num_heads)
     check_randomize_config(pe, cls)
+    for index, block in enumerate(layer_blocks(pe)):
+        check_layer_block(block, index, d_model=d_model, num_heads=num_heads)
+
+
+def layer_blocks(pe: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The complete config block of each entry of ``pe['layers']`` (empty: one scheme for all).
+
+    An entry is a scheme name or a mapping with ``type`` and any of its keys. An entry of the
+    model's own ``pe['type']`` starts from the model's block (so its options apply), any other
+    from that scheme's defaults.
+    """
+    blocks = []
+    for index, entry in enumerate(pe.get("layers") or ()):
+        if isinstance(entry, str):
+            entry = {"type": entry}
+        if not isinstance(entry, Mapping) or "type" not in entry:
+            raise ConfigError(f"model.pe.layers[{index}]", entry, "a scheme name, or a mapping "
+                              "with 'type' and that scheme's keys")
+        name = entry["type"]
+        if name not in SCHEMES:
+            raise ConfigError(f"model.pe.layers[{index}]", name, f"choose one of {sorted(SCHEMES)}")
+        own = {key: value for key, value in pe.items() if key != "layers"}
+        base = own if name == pe["type"] else default_pe_config(name)
+        blocks.append({**copy.deepcopy(dict(base)), **dict(entry), "layers": ()})
+    return blocks
+
+
+def check_layer_block(block: Mapping[str, Any], index: int, *, d_model: int,
+                      num_heads: int) -> None:
+    """A per-layer entry: a scheme that acts inside attention, with valid keys and values."""
+    key = f"model.pe.layers[{index}]"
+    cls = scheme_class(block["type"])
+    if cls.adds_input_vectors:
+        raise ConfigError(key, block["type"], "input-vector schemes act once, at the input: set "
+                          "them as model.pe.type; per-layer entries must act inside attention")
+    allowed = set(COMMON_DEFAULTS) | set(cls.default_config())
+    for name in block:
+        if name not in allowed:
+            raise ConfigError(f"{key}.{name}", block[name],
+                              f"not a key of scheme {block['type']!r}; its keys are "
+                              f"{sorted(allowed)}")
+    cls.check_config(block, d_model=d_model, num_heads=num_heads)
 
 
 def build_scheme(

@@ -1,0 +1,132 @@
+"""Scheme cost: train-step time and memory of every registered scheme, relative to NoPE.
+
+    python benchmarks/scheme_cost.py                          # every scheme, lengths 64 and 512
+    python benchmarks/scheme_cost.py --schemes rope,fire --lengths 64 --steps 3
+
+A decoder-only model (configs/default.py's width: d_model 64, 4 heads, 2 layers, batch 32) copies
+strings so that the joint sequence is exactly L tokens (source L/2 - 1, SEP, target L/2 - 1,
+EOS), where every scheme acts (FoX and CoPE only act in causal self-attention). Per scheme and
+length: compile seconds, the median train-step time (``block_until_ready``, after warm-up) and
+its ratio to NoPE's, XLA's temporary memory for the step (its memory analysis: what the compiled
+step allocates beyond parameters and inputs), peak device memory where the backend reports it
+(GPUs), and every intermediate of the step's jaxpr with (T, S) axes and more elements than the
+bias ``[B, H, T, S]``: a tensor per (query, key) pair wider than a scalar per head, which is
+what limits long lengths.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import jax
+from step_timing import memory_gb, timed
+
+from pe_research import data
+from pe_research.config import collect_overrides, load_config
+from pe_research.mesh import data_mesh
+from pe_research.model import build_model
+from pe_research.positional import SCHEMES
+from pe_research.tasks import get_task
+from pe_research.training.optimizer import make_optimizer
+from pe_research.training.steps import make_steps
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def pair_tensors(jaxpr: jax.extend.core.ClosedJaxpr, length: int, limit: int) -> set[tuple]:
+    """Shapes in ``jaxpr`` (sub-jaxprs too) with adjacent ``(L, L)`` axes and more than
+    ``limit`` (= B H T S, one bias per head and pair) elements."""
+    found: set[tuple] = set()
+
+    def visit(inner) -> None:
+        for equation in inner.eqns:
+            for var in equation.outvars:
+                shape = tuple(getattr(var.aval, "shape", ()))
+                pairs = any(shape[i:i + 2] == (length, length) for i in range(len(shape) - 1))
+                if pairs and math.prod(shape) > limit:
+                    found.add(shape)
+            for param in equation.params.values():
+                for sub in param if isinstance(param, list | tuple) else [param]:
+                    if hasattr(sub, "eqns"):
+                        visit(sub)
+                    elif hasattr(sub, "jaxpr") and hasattr(sub.jaxpr, "eqns"):
+                        visit(sub.jaxpr)
+
+    visit(jaxpr.jaxpr)
+    return found
+
+
+def scheme_config(args: argparse.Namespace, overrides: list[str], scheme: str, length: int):
+    """The benchmark config for ``scheme`` at joint length ``length``."""
+    n = length // 2 - 1
+    config = load_config(args.config, [
+        "--config.model.architecture=decoder_only", f"--config.model.pe.type={scheme}",
+        f"--config.model.num_decoder_layers={args.layers}", f"--config.data.train_lengths={n},{n}",
+        f"--config.data.buckets={length // 2}", "--config.task.name=copy",
+        "--config.train.eval_lengths=()", f"--config.eval.lengths=({n},)",
+        f"--config.data.batch_size={args.batch_size}", *overrides])
+    if "max_len" in config.model.pe:
+        config.model.pe.max_len = max(config.model.pe.max_len, length)
+    return config
+
+
+def measure(config, steps: int) -> dict:
+    """Compile time, median step time, XLA temp memory, pair tensors of one train step."""
+    task = get_task(config.task.to_dict(), config.data.to_dict())
+    mesh = data_mesh()
+    compiled_steps, params = make_steps(build_model(config, task.vocabulary.size), config.train,
+                                        config.seed, mesh)
+    opt_state = make_optimizer(config.train).init(params)
+    batches = [data.global_batch(data.train_batch(task, config.data, config.seed, i), mesh)
+               for i in range(4)]
+    start = time.perf_counter()
+    compiled = compiled_steps.train.lower(params, opt_state, batches[0], 0).compile()
+    compile_s = time.perf_counter() - start
+    temp = getattr(compiled.memory_analysis(), "temp_size_in_bytes", None)
+    batch, length = batches[0]["target_input"].shape[0], sum(
+        batches[0][key].shape[1] for key in ("source", "target_input"))
+    jaxpr = jax.make_jaxpr(compiled_steps.train)(params, opt_state, batches[0], 0)
+    limit = batch * config.model.num_heads * length * length
+    _, step_s = timed(compiled, params, opt_state, batches, steps)
+    return {"compile": compile_s, "step": step_s, "temp_mb": temp / 2**20 if temp else None,
+            "pairs": pair_tensors(jaxpr, length, limit), "peak_gb": memory_gb(jax.devices()[0])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default=str(REPO / "configs" / "default.py"))
+    parser.add_argument("--schemes", default=",".join(SCHEMES),
+                        help="comma-separated values of model.pe.type (default: all)")
+    parser.add_argument("--lengths", default="64,512", help="joint sequence lengths")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per block (3 blocks)")
+    overrides, rest = collect_overrides(sys.argv[1:])
+    args = parser.parse_args(rest)
+    schemes = [s for s in args.schemes.split(",") if s]
+    schemes = ["none"] + [s for s in schemes if s != "none"]  # the reference comes first
+    device = jax.devices()[0]
+    print(f"device: {device.device_kind} ({jax.default_backend()}); decoder-only, "
+          f"{args.layers} layers, batch {args.batch_size}, {args.steps} timed steps x 3 blocks")
+    for length in [int(n) for n in args.lengths.split(",")]:
+        print(f"\nT = S = {length}\n")
+        print("| scheme | ms/step | vs none | compile (s) | XLA temp (MB) | peak (GB) | "
+              "per-pair tensors wider than the bias |")
+        print("|---|---:|---:|---:|---:|---:|---|")
+        reference = None
+        for scheme in schemes:
+            result = measure(scheme_config(args, overrides, scheme, length), args.steps)
+            reference = reference or result["step"]
+            pairs = ", ".join(str(list(shape)) for shape in sorted(result["pairs"])) or "-"
+            temp = "-" if result["temp_mb"] is None else f"{result['temp_mb']:,.0f}"
+            peak = "-" if result["peak_gb"] is None else f"{result['peak_gb']:.2f}"
+            print(f"| {scheme} | {result['step'] * 1e3:.1f} | {result['step'] / reference:.2f}x"
+                  f" | {result['compile']:.1f} | {temp} | {peak} | {pairs} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""What the benchmark scripts share: timing a compiled step, device peaks and memory."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+# Dense bf16 peak FLOP/s of known accelerators (for MFU); CPUs report FLOP/s only.
+PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
+
+
+def peak_flops(device: jax.Device) -> float | None:
+    """The device's dense bf16 peak from ``PEAK_FLOPS``, or None when unknown (CPUs)."""
+    kind = getattr(device, "device_kind", "")
+    return next((peak for name, peak in PEAK_FLOPS.items() if name in kind), None)
+
+
+def memory_gb(device: jax.Device) -> float | None:
+    """Peak device memory in use so far (GiB), where the backend reports it."""
+    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    return stats["peak_bytes_in_use"] / 2**30 if stats and "peak_bytes_in_use" in stats else None
+
+
+def timed(step: Callable, params: Any, opt_state: Any, batches: Sequence[Any],
+          steps: int, blocks: int = 3) -> tuple[float, float]:
+    """(compile + first step seconds, median seconds per step over ``blocks`` blocks)."""
+    start = time.perf_counter()
+    params, opt_state, metrics = step(params, opt_state, batches[0], 0)
+    jax.block_until_ready(metrics)
+    compile_s = time.perf_counter() - start
+    for i in range(1, 3):  # warm-up
+        params, opt_state, metrics = step(params, opt_state, batches[i % len(batches)], i)
+    jax.block_until_ready(metrics)
+    per_step = []
+    for block in range(blocks):
+        start = time.perf_counter()
+        for i in range(steps):
+            params, opt_state, metrics = step(params, opt_state,
+                                              batches[(block * steps + i) % len(batches)], i)
+        jax.block_until_ready(metrics)
+        per_step.append((time.perf_counter() - start) / steps)
+    return compile_s, statistics.median(per_step)
