@@ -86,6 +86,10 @@ def check_data_block(data_cfg: Mapping[str, Any]) -> None:
     if check_length_range(data_cfg["train_lengths"])[0] < 1:
         raise ConfigError("data.train_lengths", tuple(data_cfg["train_lengths"]),
                           "task lengths are positive integers")
+    prefetch = data_cfg.get("prefetch", 0)
+    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+        raise ConfigError("data.prefetch", prefetch, "how many batches to make ahead: an "
+                          "integer >= 0 (0 turns prefetching off)")
     samples = data_cfg.get("eval_samples", 1)
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ConfigError("data.eval_samples", samples, "a positive integer")

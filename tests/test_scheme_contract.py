@@ -2,7 +2,8 @@
 
 For each entry of ``SCHEMES`` (and each entry of ``VARIANTS``, the options that change a
 scheme's math) inside the tiny encoder-decoder: eager == jit (forward and backward), a
-gradient reaches every scheme parameter the model calls, padding changes no real output, the
+gradient reaches every parameter of the model (no dead per-layer copies) and the scheme has
+parameters exactly where its standalone instance does, padding changes no real output, the
 decoder is causal, cached decoding equals teacher forcing, a scheme that declares itself
 ``relative`` is blind to a shift of all positions, bfloat16 compute gives a finite loss, and
 the model config survives ``config.json``. Golden values of each scheme's formula live in the
@@ -42,6 +43,7 @@ VARIANTS: dict[str, dict] = {
     "dynamic_bias:log_distance_norm_depth_3": {"log_distance": True, "norm": True,
                                                "mlp_depth": 3},
     "dape:on_kerple_log": {"base": "kerple_log"},
+    "pope:uniform_phase": {"bias_init": "uniform"},
 }
 # A representative per-layer mix (RNoPE-like, two layers per stack): its own entry, too.
 PER_LAYER = {"layers": ("rope", {"type": "alibi", "heads": 1})}
@@ -99,6 +101,9 @@ def test_eager_equals_jit_forward_and_backward_and_every_parameter_learns(name, 
     np.testing.assert_allclose(jit_loss, eager_loss, rtol=1e-5)
     for eager, jitted in zip(jax.tree.leaves(eager_grads), jax.tree.leaves(jit_grads), strict=True):
         np.testing.assert_allclose(jitted, eager, rtol=1e-4, atol=1e-6)
+    flat = jax.tree_util.tree_flatten_with_path(eager_grads)[0]
+    dead = [jax.tree_util.keystr(path) for path, g in flat if not jnp.any(g != 0)]
+    assert dead == [], f"parameters without gradient (dead copies?): {dead}"
     required = scheme_parameters(name, eager_grads)
     standalone = build_scheme({**default_pe_config(name), **pe}, d_model=16, num_heads=2,
                               rngs=nnx.Rngs(0))

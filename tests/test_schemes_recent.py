@@ -189,3 +189,22 @@ def test_dape_base_must_be_a_relative_bias_scheme():
         pe = {**default_pe_config("dape"), "base": base}
         with pytest.raises(ConfigError, match="model.pe.base"):
             check_pe_config(pe, d_model=16, num_heads=2)
+
+
+def test_pope_logits_are_magnitudes_times_the_cosine_of_the_phase_difference():
+    module = scheme("pope", d_model=8, num_heads=2)  # head size 4: 4 frequencies
+    module.phase[...] = jnp.asarray([[-0.5, -1.0, 0.0, -7.0], [0.0, 0.0, 0.0, 0.0]])
+    q = jax.random.normal(jax.random.key(0), (1, 1, 2, 4))
+    k = jax.random.normal(jax.random.key(1), (1, 1, 2, 4))
+    q2, k2 = module.transform_qk(q, k, positions(9), positions(4), DECODER_SELF)
+    assert q2.shape == (1, 1, 2, 8)
+    theta = 10_000.0 ** (-np.arange(4) / 4)
+    softplus = lambda z: np.log1p(np.exp(z))  # noqa: E731
+    delta = np.clip(np.asarray(module.phase[...]), -2 * np.pi, 0)  # -7 is clamped to -2 pi
+    expected = (softplus(np.asarray(q[0, 0])) * softplus(np.asarray(k[0, 0]))
+                * np.cos(theta * (9 - 4) - delta)).sum(-1)
+    np.testing.assert_allclose((q2 * k2).sum(-1)[0, 0], expected, rtol=1e-5)
+    v = jax.random.normal(jax.random.key(2), (1, 1, 2, 4))
+    out = module.explicit_attention(q2, k2, v, None, jnp.ones((1, 1, 1), bool), positions(9),
+                                    positions(4), DECODER_SELF)
+    np.testing.assert_allclose(out, v, rtol=1e-6)  # one key: all weight on it, D-wide values

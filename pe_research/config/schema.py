@@ -28,6 +28,7 @@ BLOCK_DEFAULTS: dict[str, dict[str, Any]] = {
         "scan_dir": "",  # local SCAN files (text tasks)
         "eval_samples": 64,  # evaluation examples per length
         "eval_cache_dir": "",  # '' -> <workdir>/eval_data
+        "prefetch": 2,  # training batches made ahead on a background thread (0: none)
     },
     "train": {
         "steps": 1000,

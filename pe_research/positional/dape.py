@@ -23,14 +23,22 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from pe_research.positional.alibi import ALiBi
 from pe_research.positional.base import SELF_ATTENTION, PositionalScheme, require
+from pe_research.positional.dynamic_bias import DynamicBias
 from pe_research.positional.explicit_attention import (
     masked_softmax,
     scaled_logits,
     weighted_values,
 )
+from pe_research.positional.fire import Fire
+from pe_research.positional.kerple import KerpleLog, KerplePower
+from pe_research.positional.t5 import T5Bias
 
-BASES = ("alibi", "kerple_log", "kerple_power", "t5", "fire", "dynamic_bias")
+# The relative bias schemes DAPE may correct (each builds from its own defaults).
+BASES: dict[str, type[PositionalScheme]] = {
+    "alibi": ALiBi, "kerple_log": KerpleLog, "kerple_power": KerplePower, "t5": T5Bias,
+    "fire": Fire, "dynamic_bias": DynamicBias}
 
 
 def torch_linear(fan_in: int, fan_out: int, rngs: nnx.Rngs) -> nnx.Linear:
@@ -61,11 +69,10 @@ class Dape(PositionalScheme):
     shared_across_layers = False
 
     def __init__(self, pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs):
-        from pe_research.positional.registry import build_scheme, default_pe_config
-
         super().__init__(pe, d_model=d_model, num_heads=num_heads, rngs=rngs)
-        self.base = build_scheme(default_pe_config(pe["base"]), d_model=d_model,
-                                 num_heads=num_heads, rngs=rngs)
+        base = BASES[pe["base"]]
+        self.base = base({"type": pe["base"], **base.default_config()}, d_model=d_model,
+                         num_heads=num_heads, rngs=rngs)
         width = int(pe["mlp_width"])
         self.hidden = torch_linear(2 * num_heads, width, rngs)
         self.out = torch_linear(width, num_heads, rngs)
@@ -77,7 +84,7 @@ class Dape(PositionalScheme):
     @classmethod
     def check_config(cls, pe: Mapping[str, Any], *, d_model: int, num_heads: int) -> None:
         require(pe["base"] in BASES, "model.pe.base", pe["base"],
-                f"the relative bias scheme DAPE corrects, one of {BASES}")
+                f"the relative bias scheme DAPE corrects, one of {tuple(BASES)}")
         require(isinstance(pe["mlp_width"], int) and pe["mlp_width"] >= 1, "model.pe.mlp_width",
                 pe["mlp_width"], "hidden units of DAPE's MLP, at least 1")
 

@@ -19,6 +19,7 @@ from pe_research.positional.fox import Fox
 from pe_research.positional.kerple import KerpleLog, KerplePower
 from pe_research.positional.learned import Learned
 from pe_research.positional.nope import NoPE
+from pe_research.positional.pope import PoPE
 from pe_research.positional.randomize import RANDOMIZE_DEFAULTS, check_randomize_config
 from pe_research.positional.rope import RoPE
 from pe_research.positional.scaled_sinusoidal import ScaledSinusoidal
@@ -46,6 +47,7 @@ SCHEMES: dict[str, type[PositionalScheme]] = {
     "dynamic_bias": DynamicBias,
     "fox": Fox,
     "dape": Dape,
+    "pope": PoPE,
 }
 
 # Keys of model.pe that belong to the model, not to any one scheme.

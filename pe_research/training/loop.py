@@ -43,7 +43,7 @@ from pe_research.training.steps import initial_train_state
 # and clipping may change so that a diverged run can go on from its last good checkpoint.
 RESUMABLE_CHANGES = ("train.steps", "train.log_every", "train.eval_every",
                      "train.checkpoint_every", "train.learning_rate", "train.clip_norm",
-                     "wandb.")
+                     "data.prefetch", "wandb.")
 # Resumable changes that alter the trained model and are recorded in config.json's history.
 RECORDED_CHANGES = ("train.steps", "train.learning_rate", "train.clip_norm")
 

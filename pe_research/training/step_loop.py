@@ -24,6 +24,7 @@ from tqdm import tqdm
 from pe_research.config import to_dict
 from pe_research.mesh import to_host
 from pe_research.training.optimizer import learning_rate_schedule
+from pe_research.training.prefetch import Prefetcher, prefetched
 
 
 class DivergedError(RuntimeError):
@@ -157,6 +158,14 @@ class StepLoop:
         self.timed_steps += 1
 
     def run(self, params: Any, opt_state: Any, start: int) -> tuple[Any, Any]:
+        batch = prefetched(self.batch, int(self.members[0].config.data.get("prefetch", 0)))
+        try:
+            return self._run(params, opt_state, start, batch)
+        finally:
+            if isinstance(batch, Prefetcher):
+                batch.close()
+
+    def _run(self, params: Any, opt_state: Any, start: int, batch: Any) -> tuple[Any, Any]:
         total = self.train_cfg.steps
         progress = tqdm(total=total, initial=start, desc="train", unit="step", smoothing=0.1,
                         disable=jax.process_index() != 0, dynamic_ncols=True)
@@ -164,7 +173,7 @@ class StepLoop:
         for step in range(start + 1, total + 1):
             # `step` counts updates; its batch is the data stream's entry `step - 1`.
             params, opt_state, metrics = self.steps.train(
-                params, opt_state, self.batch(step - 1), step - 1)
+                params, opt_state, batch(step - 1), step - 1)
             if pending is not None:
                 self.read(*pending)
                 progress.update(1)
