@@ -16,7 +16,7 @@ from pe_research.errors import ConfigError
 from pe_research.runs.restore import load_run
 from pe_research.runs.tracking import read_metrics
 from pe_research.training.loop import train
-from pe_research.training.prefetch import Prefetcher, prefetched
+from pe_research.training.prefetch import Prefetcher
 
 
 def test_prefetcher_returns_each_steps_batch_and_makes_the_next_ones_on_another_thread():
@@ -26,17 +26,16 @@ def test_prefetcher_returns_each_steps_batch_and_makes_the_next_ones_on_another_
         made.append((step, threading.current_thread().name))
         return step * 10
 
-    prefetcher = Prefetcher(batch, depth=2)
-    try:
+    with Prefetcher(batch, depth=2, end=6) as prefetcher:
         assert [prefetcher(s) for s in range(5)] == [0, 10, 20, 30, 40]
         time.sleep(0.05)
         ahead = {step: name for step, name in made if step > 0}
-        assert set(ahead) == {1, 2, 3, 4, 5, 6}  # depth 2 beyond the last step asked for
+        assert set(ahead) == {1, 2, 3, 4, 5}  # depth 2 ahead, never at or past end=6
         assert all(name.startswith("prefetch") for name in ahead.values())
         assert prefetcher(2) == 20  # out of order: made again, on the spot
-    finally:
-        prefetcher.close()
-    assert prefetched(batch, 0) is batch
+    made.clear()
+    with Prefetcher(batch, depth=0, end=6) as direct:
+        assert direct(3) == 30 and made == [(3, threading.current_thread().name)]
 
 
 def test_an_error_in_a_prefetched_batch_reaches_the_step_that_needs_it():
@@ -45,13 +44,10 @@ def test_an_error_in_a_prefetched_batch_reaches_the_step_that_needs_it():
             raise ValueError("bad batch 2")
         return step
 
-    prefetcher = Prefetcher(batch, depth=1)
-    try:
+    with Prefetcher(batch, depth=1, end=10) as prefetcher:
         assert prefetcher(0) == 0 and prefetcher(1) == 1
         with pytest.raises(ValueError, match="bad batch 2"):
             prefetcher(2)
-    finally:
-        prefetcher.close()
 
 
 @pytest.mark.parametrize("value", [-1, 1.5, True])

@@ -72,14 +72,19 @@ def default_pe_config(name: str) -> dict[str, Any]:
     return copy.deepcopy({**COMMON_DEFAULTS, "type": name, **scheme_class(name).default_config()})
 
 
+def check_keys(block: Mapping[str, Any], prefix: str = "model.pe") -> None:
+    """ConfigError for a key of ``block`` that neither the model nor its scheme has."""
+    allowed = set(COMMON_DEFAULTS) | set(scheme_class(block["type"]).default_config())
+    for key in block:
+        if key not in allowed:
+            raise ConfigError(f"{prefix}.{key}", block[key], f"not a key of scheme "
+                              f"{block['type']!r}; its keys are {sorted(allowed)}")
+
+
 def check_pe_config(pe: Mapping[str, Any], *, d_model: int, num_heads: int) -> None:
     """Validate a ``model.pe`` block: known scheme, known keys, values the scheme accepts."""
     cls = scheme_class(pe["type"])
-    allowed = set(COMMON_DEFAULTS) | set(cls.default_config())
-    for key in pe:
-        if key not in allowed:
-            raise ConfigError(f"model.pe.{key}", pe[key],
-                              f"not a key of scheme {pe['type']!r}; its keys are {sorted(allowed)}")
+    check_keys(pe)
     if pe.get("combine", "add") not in COMBINE_CHOICES:
         raise ConfigError("model.pe.combine", pe["combine"], f"choose one of {COMBINE_CHOICES}")
     cls.check_config(pe, d_model=d_model, num_heads=num_heads)
@@ -119,12 +124,7 @@ def check_layer_block(block: Mapping[str, Any], index: int, *, d_model: int,
     if cls.adds_input_vectors:
         raise ConfigError(key, block["type"], "input-vector schemes act once, at the input: set "
                           "them as model.pe.type; per-layer entries must act inside attention")
-    allowed = set(COMMON_DEFAULTS) | set(cls.default_config())
-    for name in block:
-        if name not in allowed:
-            raise ConfigError(f"{key}.{name}", block[name],
-                              f"not a key of scheme {block['type']!r}; its keys are "
-                              f"{sorted(allowed)}")
+    check_keys(block, key)
     cls.check_config(block, d_model=d_model, num_heads=num_heads)
 
 

@@ -24,7 +24,7 @@ from tqdm import tqdm
 from pe_research.config import to_dict
 from pe_research.mesh import to_host
 from pe_research.training.optimizer import learning_rate_schedule
-from pe_research.training.prefetch import Prefetcher, prefetched
+from pe_research.training.prefetch import Prefetcher
 
 
 class DivergedError(RuntimeError):
@@ -158,12 +158,9 @@ class StepLoop:
         self.timed_steps += 1
 
     def run(self, params: Any, opt_state: Any, start: int) -> tuple[Any, Any]:
-        batch = prefetched(self.batch, int(self.members[0].config.data.get("prefetch", 0)))
-        try:
+        depth = int(self.members[0].config.data.get("prefetch", 0))
+        with Prefetcher(self.batch, depth, end=self.train_cfg.steps) as batch:
             return self._run(params, opt_state, start, batch)
-        finally:
-            if isinstance(batch, Prefetcher):
-                batch.close()
 
     def _run(self, params: Any, opt_state: Any, start: int, batch: Any) -> tuple[Any, Any]:
         total = self.train_cfg.steps
