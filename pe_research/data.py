@@ -13,6 +13,7 @@ to a length bucket so the number of compiled shapes is at most the number of buc
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -123,12 +124,29 @@ def train_batch(task: Task, data_cfg: Mapping[str, Any], seed: int, step: int,
     keys = task.draw_train_keys(plan_rng, global_size, data_cfg["train_lengths"],
                                 data_cfg.get("length_sampling", "per_batch"))
     source_len, target_len = task.max_lengths(keys)
-    buckets = data_cfg["buckets"]
+    buckets = tuple(data_cfg["buckets"])
+    source_width = bucket_length(source_len, buckets)
+    target_width = max(bucket_length(target_len + 1, buckets),
+                       train_target_width(task, tuple(data_cfg["train_lengths"]), buckets,
+                                          source_width))
     local_size = global_size // process_count
     local_keys = keys[process_index * local_size:(process_index + 1) * local_size]
     rng = np.random.default_rng([seed, EXAMPLE_STREAM, step, process_index])
-    return make_batch(task.make_examples(local_keys, rng), bucket_length(source_len, buckets),
-                      bucket_length(target_len + 1, buckets))
+    return make_batch(task.make_examples(local_keys, rng), source_width, target_width)
+
+
+@functools.lru_cache(maxsize=64)
+def train_target_width(task: Task, train_lengths: tuple[int, int], buckets: tuple[int, ...],
+                       source_width: int) -> int:
+    """The target width of training batches whose source bucket is ``source_width``: the widest
+    target of any training length whose source fits it (one shape per source bucket)."""
+    low, high = check_length_range(train_lengths)
+    natural = {}
+    for n in range(low, high + 1):
+        source, target = task.train_widest([n])
+        if source:  # a dataset task may hold no example of this length
+            natural[n] = (bucket_length(source, buckets), bucket_length(target + 1, buckets))
+    return max((t for s, t in natural.values() if s <= source_width), default=0)
 
 
 def eval_fingerprint(task: Task, lengths: Sequence[int] | None, samples_per_length: int,
@@ -176,22 +194,65 @@ def eval_lengths_of(dataset: datasets.Dataset) -> list[int]:
     return sorted({int(n) for n in np.asarray(dataset.with_format("arrow")["length"])})
 
 
+def one_shape_per_source_bucket(
+        widths: Mapping[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """Each entry's ``(source, target)`` bucket widths, the target widened to the widest target
+    of any entry whose source is no wider: then the source bucket alone fixes the shape, and a
+    range of lengths compiles at most once per bucket instead of once per bucket pair."""
+    return {key: (source, max(t for s, t in widths.values() if s <= source))
+            for key, (source, _) in widths.items()}
+
+
+_COLUMNS: dict[str, tuple[np.ndarray, Ragged, Ragged]] = {}
+
+
+def _columns(dataset: datasets.Dataset) -> tuple[np.ndarray, Ragged, Ragged]:
+    """The eval set's lengths, sources and targets (read once per set, not once per length)."""
+    fingerprint = dataset._fingerprint  # datasets' content hash of the set
+    if fingerprint not in _COLUMNS:
+        table = dataset.with_format("arrow")[:]
+        if len(_COLUMNS) >= 4:
+            _COLUMNS.pop(next(iter(_COLUMNS)))
+        _COLUMNS[fingerprint] = (np.asarray(table.column("length")),
+                                 *(Ragged.from_arrow(table.column(c))
+                                   for c in ("source", "target")))
+    return _COLUMNS[fingerprint]
+
+
+def _rows_of(lengths: np.ndarray, length: int, dataset: datasets.Dataset) -> np.ndarray:
+    rows = np.flatnonzero(lengths == length)
+    if rows.size == 0:
+        raise ConfigError("eval length", length,
+                          f"the eval set has lengths {eval_lengths_of(dataset)}")
+    return rows
+
+
+def eval_widths(dataset: datasets.Dataset, lengths: Sequence[int],
+                buckets: Sequence[int]) -> dict[int, tuple[int, int]]:
+    """Padded ``(source, target)`` widths of each length's eval batches, one shape per source
+    bucket (``one_shape_per_source_bucket``)."""
+    natural = {}
+    all_lengths, source, target = _columns(dataset)
+    for length in lengths:
+        rows = _rows_of(all_lengths, length, dataset)
+        natural[int(length)] = (bucket_length(int(source.lengths[rows].max()), buckets),
+                                bucket_length(int(target.lengths[rows].max()) + 1, buckets))
+    return one_shape_per_source_bucket(natural)
+
+
 def eval_batches(dataset: datasets.Dataset, length: int, batch_size: int, buckets: Sequence[int],
-                 process_index: int = 0, process_count: int = 1) -> Iterator[Batch]:
-    """Batches of the examples of one length, padded to that length's buckets.
+                 process_index: int = 0, process_count: int = 1,
+                 widths: tuple[int, int] | None = None) -> Iterator[Batch]:
+    """Batches of the examples of one length, padded to ``widths`` (default: ``eval_widths``
+    of this length alone).
 
     Every batch has ``batch_size`` rows (this process's ``batch_size // process_count`` of
     them); the last is filled with rows whose masks are all False and whose length is 0.
     """
-    table = dataset.with_format("arrow")[:]
-    rows = np.flatnonzero(np.asarray(table.column("length")) == length)
-    if rows.size == 0:
-        raise ConfigError("eval length", length,
-                          f"the eval set has lengths {eval_lengths_of(dataset)}")
+    all_lengths, source, target = _columns(dataset)
+    rows = _rows_of(all_lengths, length, dataset)
     check_divisible("eval.batch_size", batch_size, process_count, "process count")
-    source, target = (Ragged.from_arrow(table.column(c)) for c in ("source", "target"))
-    source_width = bucket_length(int(source.lengths[rows].max()), buckets)
-    target_width = bucket_length(int(target.lengths[rows].max()) + 1, buckets)
+    source_width, target_width = widths or eval_widths(dataset, [length], buckets)[length]
     local = batch_size // process_count
     for start in range(0, rows.size, batch_size):
         chunk = rows[start:start + batch_size][process_index * local:(process_index + 1) * local]

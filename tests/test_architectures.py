@@ -15,7 +15,7 @@ from pe_research.model import SingleStackTransformer
 from pe_research.model.decoding import greedy_decode, naive_greedy_decode
 from pe_research.model.single_stack import left_align, self_visible
 from pe_research.positional import SCHEMES
-from pe_research.positional.randomize import random_positions
+from pe_research.positional.randomize import make_positions, random_positions
 from pe_research.special_tokens import BOS_ID, EOS_ID
 from pe_research.training.steps import batch_positions
 
@@ -209,12 +209,16 @@ def test_a_scheme_that_cannot_act_is_one_config_error():
         tiny_config("rope", architecture="decoder-only")
 
 
-def test_randomized_positions_drawn_per_batch_are_shared_by_rows():
+def test_randomized_positions_drawn_per_batch_are_one_row_for_the_batch():
     mask = jnp.arange(8)[None, :] < jnp.asarray([[5], [5], [3]])
-    per_batch = random_positions(jax.random.key(0), mask, 64, per_batch=True)
-    np.testing.assert_array_equal(per_batch[0, :5], per_batch[1, :5])
-    per_example = random_positions(jax.random.key(0), mask, 64)
+    pe = {"type": "rope", "randomize": {"max_position": 64, "per": "batch"}}
+    per_batch = make_positions(pe, mask, jax.random.key(0), training=True)
+    assert per_batch.shape == (1, 8)  # a batch-1 bias for every row
+    # The longest row's draw, exactly as one row drawn alone with the same key.
+    np.testing.assert_array_equal(per_batch, random_positions(jax.random.key(0), mask[:1], 64))
+    row = per_batch[0].tolist()
+    assert row[:5] == sorted(row[:5]) and len(set(row)) == 8  # real tokens increase; distinct
+    per_example = make_positions({**pe, "randomize": {"max_position": 64}}, mask,
+                                 jax.random.key(0), training=True)
+    assert per_example.shape == (3, 8)
     assert not np.array_equal(per_example[0, :5], per_example[1, :5])
-    for row, count in zip(np.asarray(per_batch), (5, 5, 3), strict=True):
-        assert list(row[:count]) == sorted(row[:count])  # real tokens: increasing
-        assert len(set(row.tolist())) == 8  # every slot distinct

@@ -89,8 +89,11 @@ def test_shapes_are_bounded_by_the_buckets(sampling):
     sources = {s[0][1] for s in shapes}
     targets = {s[2][1] for s in shapes}
     assert sources <= set(BUCKETS) and targets <= set(BUCKETS)
-    # S and T both grow with n, so each new pair moves at least one of them up a bucket.
-    assert len(shapes) <= 2 * len(BUCKETS) - 1
+    # The source bucket fixes the target width: one compiled shape per source bucket.
+    assert len(shapes) == len(sources) <= len(BUCKETS)
+    for shape in shapes:  # the widest target of any length whose source fits the bucket
+        n = max(n for n in range(1, 41) if data.bucket_length(n, BUCKETS) <= shape[0][1])
+        assert shape[2][1] == data.bucket_length(2 * n + 1, BUCKETS)
 
 
 def test_process_slices_share_lengths_and_shapes(reverse):

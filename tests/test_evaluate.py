@@ -24,7 +24,7 @@ from pe_research.runs.restore import load_run
 from pe_research.runs.tracking import read_metrics
 from pe_research.tasks import get_task
 
-LENGTHS = (4, 6, 8, 12)  # with buckets (8, 16, 32): three (source, target) width pairs
+LENGTHS = (4, 6, 8, 12)  # with buckets (8, 16, 32): two source buckets, so two shapes
 EIGHT_DEVICES = "--xla_force_host_platform_device_count=8"
 
 
@@ -58,18 +58,51 @@ def test_wilson_interval_closed_forms():
     assert low < 3 / 20 < high and wilson_interval(0, 0) == (0.0, 1.0)
 
 
-def test_compiles_once_per_bucket_pair_and_repeats_exactly(one_device):
+def test_compiles_once_per_source_bucket_and_repeats_exactly(one_device):
     run, dataset, evaluator, result = one_device
     buckets = run.config.data.buckets
-    pairs = {(data.bucket_length(n, buckets), data.bucket_length(n + 1, buckets))
-             for n in LENGTHS}  # reverse_string: n source tokens, n target tokens + EOS
-    assert result.compilations == len(pairs) == 3 < len(LENGTHS)
-    assert sorted({shape[1:] for shape in result.compiled_shapes}) == sorted(pairs)
+    # reverse_string: n source tokens, n target tokens + EOS. Length 8 alone would be (8, 16)
+    # and 4, 6 (8, 8): the source bucket 8 takes its widest target, 16, for all three.
+    assert {n: data.eval_widths(dataset, LENGTHS, buckets)[n] for n in LENGTHS} == {
+        4: (8, 16), 6: (8, 16), 8: (8, 16), 12: (16, 16)}
+    assert result.compilations == 2 < len(LENGTHS)
+    assert sorted({shape[1:] for shape in result.compiled_shapes}) == [(8, 16), (16, 16)]
     assert [row.length for row in result.rows] == list(LENGTHS)
     assert all(row.samples == run.config.data.eval_samples for row in result.rows)
     again = evaluator(run.params, dataset, LENGTHS, run.config.eval.batch_size, buckets)
     assert again.compilations == 0
     assert again.rows == result.rows
+
+
+def test_a_tiny_memory_budget_splits_batches_and_changes_no_number(one_device):
+    run, dataset, _, result = one_device
+    config = run.config.copy_and_resolve_references()
+    config.eval.memory_budget_gb = 1e-6  # below any batch: halve down to the fewest rows
+    evaluator = RangeEvaluator(config, run.graphdef, run.rest, run.mesh)
+    split = evaluator(run.params, dataset, LENGTHS, config.eval.batch_size, config.data.buckets)
+    assert config.eval.batch_size == 16
+    assert set(evaluator.batch_rows.values()) == {1}  # 16 rows halved down to 1
+    assert {shape[0] for shape in split.compiled_shapes} == set(evaluator.batch_rows.values())
+    assert split.compilations == result.compilations  # still one shape per source bucket
+    for row, reference in zip(split.rows, result.rows, strict=True):
+        assert row.samples == reference.samples
+        for key, value in reference.values.items():
+            assert row.values[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+    assert all(rows == 16 for rows in one_device[2].batch_rows.values())  # the default budget
+
+
+def test_lengths_1_to_200_plan_at_most_one_shape_per_bucket(tmp_path):
+    config = base_config(task="duplicate_string", pe="rope")
+    task = get_task(config.task.to_dict(), config.data.to_dict())
+    lengths = range(1, 201)
+    dataset = data.eval_dataset(task, lengths, 1, 0, str(tmp_path))
+    buckets = config.data.buckets
+    widths = data.eval_widths(dataset, lengths, buckets)
+    pairs = {(data.bucket_length(n, buckets), data.bucket_length(2 * n + 1, buckets))
+             for n in lengths}  # what padding each side alone gives: a shape per pair
+    assert len(set(widths.values())) <= len(buckets) < len(pairs)
+    for n, (source, target) in widths.items():  # every example still fits its batch
+        assert source >= n and target >= 2 * n + 1 and source in buckets and target in buckets
 
 
 def test_teacher_forced_numbers_match_the_training_time_evaluation(run_copy, one_device):
@@ -91,7 +124,7 @@ def test_eight_devices_in_a_fresh_process_give_the_same_numbers(run_copy, one_de
                                env=subprocess_env(XLA_FLAGS=EIGHT_DEVICES))
     assert completed.returncode == 0, completed.stderr[-3000:]
     record = json.loads((run_copy / "eval" / "eight.json").read_text())
-    assert record["devices"] == 8 and record["step"] == 40 and record["compilations"] == 3
+    assert record["devices"] == 8 and record["step"] == 40 and record["compilations"] == 2
     for saved, row in zip(record["rows"], result.rows, strict=True):
         for key in ("length", "samples", "token_accuracy", "decoded_token_accuracy",
                     "exact_match", "exact_match_low", "exact_match_high"):
@@ -148,7 +181,7 @@ def test_eval_shows_a_progress_bar_over_lengths_once_it_takes_a_while(run_copy, 
     monkeypatch.setattr("pe_research.evaluation.range_eval.PROGRESS_DELAY_S", 0.0)
     assert cli.main(["eval", str(run_copy), "--lengths", "4,8", "--name", "bar"]) == 0
     err = capsys.readouterr().err
-    assert "eval: 100%" in err and "2/2 [" in err
+    assert "eval:" in err and "1/2 [" in err  # the bar, over 2 lengths (cleared at the end)
     monkeypatch.setattr("pe_research.evaluation.range_eval.PROGRESS_DELAY_S", 60.0)
     assert cli.main(["eval", str(run_copy), "--lengths", "4,8", "--name", "bar"]) == 0
     assert "eval:" not in capsys.readouterr().err  # quick evaluations stay quiet

@@ -34,15 +34,15 @@ def prefix_mask(lengths, width: int) -> jax.Array:
     return jnp.arange(width)[None, :] < jnp.asarray(lengths)[:, None]
 
 
-def test_off_by_default_and_plain_policy_give_arange():
+def test_off_by_default_and_plain_policy_give_arange_shared_by_the_rows():
     mask = prefix_mask([3, 5], 5)
-    arange = np.broadcast_to(np.arange(5), (2, 5))
+    arange = np.arange(5)[None, :]  # [1, T]: one row for the batch, so the bias is batch-1
     assert default_pe_config("alibi")["randomize"] == {"max_position": 0,
                                                        "eval_policy": "randomized",
                                                        "per": "example"}
     for pe, training in [(default_pe_config("rope"), True), (pe_block(64, "plain"), False)]:
         positions = make_positions(pe, mask, jax.random.key(0), training)
-        assert positions.dtype == jnp.int32
+        assert positions.dtype == jnp.int32 and positions.shape == (1, 5)
         np.testing.assert_array_equal(positions, arange)
 
 

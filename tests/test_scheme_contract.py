@@ -45,6 +45,8 @@ VARIANTS: dict[str, dict] = {
     "dape:on_kerple_log": {"base": "kerple_log"},
     "pope:uniform_phase": {"bias_init": "uniform"},
 }
+# Biases that read query or key content, so that they differ per example.
+CONTENT_BIASES = {"cope", "fox", "dape"}
 # A representative per-layer mix (RNoPE-like, two layers per stack): its own entry, too.
 PER_LAYER = {"layers": ("rope", {"type": "alibi", "heads": 1})}
 VARIANTS["none:per_layer_rope_then_alibi"] = PER_LAYER
@@ -176,6 +178,44 @@ def test_cached_decoding_equals_teacher_forcing_and_relative_schemes_ignore_shif
         logits, cache = decode_step(state, target[:, t:t + 1], t_pos[:, t:t + 1], encoded,
                                     s_pos, s_mask, cache)
         np.testing.assert_allclose(logits, full[:, t], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("name", "pe"), ENTRIES, ids=IDS)
+def test_positions_shared_by_the_rows_give_the_same_logits_gradients_and_cache(name, pe):
+    """``[1, T]`` positions (a batch-1 bias, broadcast by attention) against the same positions
+    repeated per row, with padding, through training and through cached decoding."""
+    model = entry_model(name, pe)
+    graph, params, rest = nnx.split(model, nnx.Param, ...)
+    source, target = random_inputs(batch=3, source_len=6, target_len=5)
+    s_mask = jnp.arange(6)[None, :] < jnp.asarray([[6], [4], [2]])
+    t_mask = jnp.arange(5)[None, :] < jnp.asarray([[5], [3], [5]])
+    s_pos, t_pos = arange_positions(1, 6, 3), arange_positions(1, 5, 2)
+
+    def loss(params, s_pos, t_pos):
+        logits = nnx.merge(graph, params, rest)(source, target, s_pos, t_pos, s_mask, t_mask)
+        return token_cross_entropy(logits, target, t_mask), logits
+
+    grad = jax.jit(jax.value_and_grad(loss, has_aux=True))
+    (shared_loss, shared), shared_grads = grad(params, s_pos, t_pos)
+    (rows_loss, rows), rows_grads = grad(params, jnp.repeat(s_pos, 3, 0), jnp.repeat(t_pos, 3, 0))
+    np.testing.assert_allclose(shared, rows, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(shared_loss, rows_loss, rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(shared_grads), jax.tree.leaves(rows_grads), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    pe_instance = model.pe if SCHEMES[name].shared_across_layers else None
+    if pe_instance is not None and DECODER_SELF in type(pe_instance).acts_in:
+        q = jnp.zeros((3, 5, 2, 8))
+        bias = pe_instance.logit_bias(q, q, t_pos, t_pos, DECODER_SELF)
+        assert bias is None or bias.shape[0] in (1, 3)  # 3 only for content-dependent biases
+        if bias is not None and name not in CONTENT_BIASES:
+            assert bias.shape == (1, 2, 5, 5), "a position-only bias must stay batch-1"
+    encoded = model.encode(source, s_pos, s_mask)
+    cache = model.init_cache(3, 5, position_rows=1)
+    for t in range(5):
+        logits, cache = model.decode_step(target[:, t:t + 1], t_pos[:, t:t + 1], encoded, s_pos,
+                                          s_mask, cache)
+        visible = t_mask[:, t]  # padded query rows are no output
+        np.testing.assert_allclose(logits[visible], rows[visible, t], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize(("name", "pe"), ENTRIES, ids=IDS)

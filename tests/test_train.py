@@ -58,9 +58,11 @@ def test_train_command_end_to_end(trained_run):
         assert 0.0 <= final[f"{prefix}/sequence_accuracy"] <= 1.0
         assert final[f"{prefix}/loss"] > 0.0
 
-    # One compilation of the train step per distinct padded (source, target) shape.
-    assert final["train/compilations"] == len(_bucket_shapes(config)) == 2
-    assert "train step compilations: 2" in trained_run.stdout
+    # One compilation of the train step per source bucket: lengths 1-8 all fit bucket 8, and
+    # the target takes the widest target of that bucket (8 + EOS -> 16) for every batch.
+    assert final["train/compilations"] == len(_bucket_shapes(config)) == 1
+    assert _bucket_shapes(config) == {(8, 16)}
+    assert "train step compilations: 1" in trained_run.stdout
 
     # The final checkpoint restores and reproduces the logged in-distribution eval loss.
     restored = load_run(run_dir, "latest")

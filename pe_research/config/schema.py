@@ -49,6 +49,9 @@ BLOCK_DEFAULTS: dict[str, dict[str, Any]] = {
         "lengths": (),  # task lengths for `pe-research eval`
         "batch_size": 64,
         "checkpoint": "best",  # 'best' | 'latest' | a step number as a string
+        # Estimated memory one eval batch may take (GiB); batches that would exceed it are
+        # split into smaller ones of one shape. 0 -> half of the device's memory.
+        "memory_budget_gb": 0.0,
     },
     "wandb": {
         "mode": "offline",  # 'offline' | 'online' | 'disabled'; WANDB_MODE wins

@@ -111,6 +111,7 @@ def _check_train(train: Mapping[str, Any]) -> None:
 def _check_eval(evaluation: Mapping[str, Any]) -> None:
     _positive_ints("eval.lengths", tuple(evaluation["lengths"]))
     _at_least("eval.batch_size", evaluation["batch_size"], 1)
+    _at_least("eval.memory_budget_gb", evaluation["memory_budget_gb"], 0)
     checkpoint = evaluation["checkpoint"]
     if checkpoint not in CHECKPOINT_CHOICES and not checkpoint.isdigit():
         raise ConfigError("eval.checkpoint", checkpoint, "'best', 'latest' or a step number")

@@ -3,8 +3,9 @@
 For every length n of a grid, every example of the frozen eval set at n is scored by every metric
 of the metric table (``evaluation.metrics``): teacher-forced (token and sequence accuracy, loss)
 and greedy-decoded with the key/value cache (token accuracy and exact match, the headline, with
-a 95% Wilson interval). Batches are padded to the length buckets of ``data.buckets``, so the
-jitted function compiles once per (source, target) bucket pair, never once per length.
+a 95% Wilson interval). Batches are padded to the length buckets of ``data.buckets``, the
+target to the widest target of its source bucket (``data.one_shape_per_source_bucket``), so the
+jitted function compiles at most once per bucket, never once per length.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from jax.sharding import Mesh
 from tqdm import tqdm
 
 from pe_research import data
-from pe_research.errors import ConfigError
+from pe_research.errors import ConfigError, check_divisible
+from pe_research.evaluation import memory
 from pe_research.evaluation.metrics import METRICS, Outputs, example_sums, summarize
-from pe_research.mesh import check_batch_fits, replicated, to_host
+from pe_research.mesh import DATA_AXIS, check_batch_fits, replicated, to_host
 from pe_research.model.decoding import greedy_decode
 from pe_research.positional.randomize import randomize_settings
 from pe_research.positional.registry import scheme_class
@@ -122,19 +124,46 @@ def check_positions_fit(pe: Mapping[str, Any], widths: Mapping[int, tuple[int, i
 
 
 class RangeEvaluator:
-    """A model's parameters evaluated over a grid of lengths; compiles once per batch shape."""
+    """A model's parameters evaluated over a grid of lengths; compiles once per batch shape.
+
+    A batch whose estimated memory (``evaluation.memory``) exceeds ``eval.memory_budget_gb``
+    is split into smaller batches of one shape; the numbers do not change.
+    """
 
     def __init__(self, config: ml_collections.ConfigDict, graphdef: Any, rest: Any, mesh: Mesh):
         self.config, self.mesh = config, mesh
         self.compiled_shapes: list[tuple[int, int, int]] = []
+        self.batch_rows: dict[tuple[int, int], int] = {}  # (source, target) widths -> rows
         position_key = eval_position_key(config.seed)
 
         def statistics(params, batch):
-            shape = (*batch["source"].shape, batch["target_input"].shape[1])
-            self.compiled_shapes.append(shape)  # runs at trace time: once per compiled shape
             return example_statistics(nnx.merge(graphdef, params, rest), batch, position_key)
 
-        self.statistics = jax.jit(statistics, out_shardings=replicated(mesh))
+        def traced_statistics(params, batch):
+            shape = (*batch["source"].shape, batch["target_input"].shape[1])
+            self.compiled_shapes.append(shape)  # runs at trace time: once per compiled shape
+            return statistics(params, batch)
+
+        self.unjitted_statistics = statistics
+        self.statistics = jax.jit(traced_statistics, out_shardings=replicated(mesh))
+
+    def rows_for(self, params: Any, batch: Mapping[str, np.ndarray], batch_size: int) -> int:
+        """Rows per batch at this batch's widths: ``batch_size``, halved while the estimate
+        exceeds the memory budget (traced once per widths, never compiled)."""
+        widths = (batch["source"].shape[1], batch["target_input"].shape[1])
+        if widths not in self.batch_rows:
+            budget = memory.budget_bytes(self.config.eval.memory_budget_gb,
+                                         self.mesh.devices.flat[0])
+            fixed = sum(leaf.nbytes for leaf in jax.tree.leaves(params))
+            full = memory.estimate_bytes(self.unjitted_statistics, params, {
+                key: jax.ShapeDtypeStruct((batch_size, *value.shape[1:]), value.dtype)
+                for key, value in batch.items()}) - fixed
+            devices = self.mesh.shape[DATA_AXIS]  # each device holds rows / devices of them
+            rows = memory.rows_within_budget(
+                batch_size, devices, lambda rows: fixed + full * rows // (batch_size * devices),
+                budget)
+            self.batch_rows[widths] = rows
+        return self.batch_rows[widths]
 
     @property
     def compilations(self) -> int:
@@ -144,11 +173,8 @@ class RangeEvaluator:
              buckets: Sequence[int]) -> dict[int, tuple[int, int]]:
         """Padded (source, target) widths per length; every check that can fail runs here."""
         check_batch_fits("eval.batch_size", batch_size, self.mesh)
-        widths = {}
-        for length in lengths:
-            first = next(data.eval_batches(dataset, length, batch_size, buckets,
-                                           jax.process_index(), jax.process_count()))
-            widths[length] = (first["source"].shape[1], first["target_input"].shape[1])
+        check_divisible("eval.batch_size", batch_size, jax.process_count(), "process count")
+        widths = data.eval_widths(dataset, lengths, buckets)
         check_positions_fit(self.config.model.pe, widths,
                             self.config.model.architecture != "encoder_decoder")
         return widths
@@ -159,15 +185,19 @@ class RangeEvaluator:
 
         With ``progress``, a bar over lengths appears once evaluation has taken a few seconds.
         """
-        self.plan(dataset, lengths, batch_size, buckets)
+        widths = self.plan(dataset, lengths, batch_size, buckets)
         start, compiled_before = time.perf_counter(), self.compilations
         rows = []
         bar = tqdm(lengths, desc="eval", unit="length", delay=PROGRESS_DELAY_S, leave=False,
                    disable=not progress or jax.process_index() != 0, dynamic_ncols=True)
         for length in bar:
+            first = next(data.eval_batches(dataset, length, batch_size, buckets,
+                                           widths=widths[length]))
+            batch_rows = self.rows_for(params, first, batch_size)
             pending = [self.statistics(params, data.global_batch(batch, self.mesh))
-                       for batch in data.eval_batches(dataset, length, batch_size, buckets,
-                                                      jax.process_index(), jax.process_count())]
+                       for batch in data.eval_batches(dataset, length, batch_rows, buckets,
+                                                      jax.process_index(), jax.process_count(),
+                                                      widths[length])]
             totals: dict[str, float] = {}
             for statistics in pending:
                 for key, value in statistics.items():
@@ -219,8 +249,8 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
                                   run.config.seed, str(RunDir(run.run_dir).eval_data(
                                       run.config.data))) for run in runs]
     planner = RangeEvaluator(first, runs[0].graphdef, runs[0].rest, runs[0].mesh)
-    for dataset in datasets:
-        planner.plan(dataset, lengths, first.eval.batch_size, buckets)
+    plans = [planner.plan(dataset, lengths, first.eval.batch_size, buckets)
+             for dataset in datasets]
     compiled_shapes: list[tuple[int, int, int]] = []
     graphdef, rest = runs[0].graphdef, runs[0].rest
 
@@ -238,8 +268,9 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
     bar = tqdm(lengths, desc=f"eval {len(runs)} members", unit="length",
                delay=PROGRESS_DELAY_S, leave=False, dynamic_ncols=True)
     for length in bar:
-        streams = [data.eval_batches(dataset, length, first.eval.batch_size, buckets)
-                   for dataset in datasets]
+        streams = [data.eval_batches(dataset, length, first.eval.batch_size, buckets,
+                                     widths=plan[length])
+                   for dataset, plan in zip(datasets, plans, strict=True)]
         pending = [stacked_statistics(params, data.stack_batches(list(batches)), keys)
                    for batches in zip(*streams, strict=True)]
         for k, member_rows in enumerate(rows):

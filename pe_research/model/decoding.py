@@ -54,12 +54,12 @@ def greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.A
     if architecture == "decoder_only":
         return causal_greedy_decode(model, source_BxS, source_positions_BxS, source_mask_BxS,
                                     target_positions_BxT, bos_id, eos_id, pad_id)
-    batch, length = target_positions_BxT.shape
+    (batch, _), (rows, length) = source_BxS.shape, target_positions_BxT.shape
     encoded_BxSxD = model.encode(source_BxS, source_positions_BxS, source_mask_BxS)
     graphdef, state = nnx.split(model)
     output_BxT, done_B = _first_state(batch, length, pad_id)
     carry = (jnp.zeros((), jnp.int32), jnp.full((batch, 1), bos_id, jnp.int32),
-             model.init_cache(batch, length), output_BxT, done_B)
+             model.init_cache(batch, length, rows), output_BxT, done_B)
 
     def body(carry):
         step, tokens_Bx1, cache, output_BxT, done_B = carry
@@ -82,7 +82,7 @@ def naive_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS:
 
     No cache: the causal mask alone hides the not-yet-decoded slots. Same output contract.
     """
-    batch, length = target_positions_BxT.shape
+    batch, length = source_BxS.shape[0], target_positions_BxT.shape[1]
     if model.config.architecture == "encoder_only":
         return slot_decode(model, source_BxS, source_positions_BxS, source_mask_BxS,
                            target_positions_BxT, None, pad_id)
@@ -118,9 +118,10 @@ def slot_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.Arr
                 source_mask_BxS: jax.Array, target_positions_BxT: jax.Array,
                 target_mask_BxT: jax.Array | None, pad_id: int = PAD_ID) -> jax.Array:
     """Encoder-only: the argmax at every real output slot (PAD elsewhere), in one pass."""
+    shape = (source_BxS.shape[0], target_positions_BxT.shape[1])
     if target_mask_BxT is None:
-        target_mask_BxT = jnp.ones(target_positions_BxT.shape, bool)
-    unused_BxT = jnp.zeros(target_positions_BxT.shape, jnp.int32)  # slots ignore their tokens
+        target_mask_BxT = jnp.ones(shape, bool)
+    unused_BxT = jnp.zeros(shape, jnp.int32)  # slots ignore their tokens
     logits_BxTxV = model(source_BxS, unused_BxT, source_positions_BxS, target_positions_BxT,
                          source_mask_BxS, target_mask_BxT)
     return jnp.where(target_mask_BxT, jnp.argmax(logits_BxTxV, axis=-1).astype(jnp.int32),
@@ -136,8 +137,9 @@ def causal_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS
     The joint sequence is that of ``SingleStackTransformer`` (source left-aligned in its S
     slots, target from index S), so the cached and the teacher-forced model see the same keys.
     """
-    batch, length = target_positions_BxT.shape
-    width = source_BxS.shape[1]
+    (batch, width), length = source_BxS.shape, target_positions_BxT.shape[1]
+    source_positions_BxS = jnp.broadcast_to(source_positions_BxS, source_BxS.shape)
+    target_positions_BxT = jnp.broadcast_to(target_positions_BxT, (batch, length))
     total = width + length
     count_B = jnp.sum(source_mask_BxS, axis=-1)
     key_real_BxW = jnp.concatenate([left_align(source_mask_BxS, count_B, False),

@@ -73,6 +73,9 @@ class SingleStackTransformer(TokenModel):
                      ) -> tuple[jax.Array, jax.Array, jax.Array]:
         """Tokens, positions and the real-token mask of the joint sequence, ``[B, S + T]``."""
         count_B = jnp.sum(source_mask_BxS, axis=-1)
+        # Left-aligning shifts each row by its own source length: positions become per row.
+        source_positions_BxS = jnp.broadcast_to(source_positions_BxS, source_BxS.shape)
+        target_positions_BxT = jnp.broadcast_to(target_positions_BxT, second_BxT.shape)
         tokens = jnp.concatenate([left_align(source_BxS, count_B, PAD_ID), second_BxT], 1)
         positions = jnp.concatenate([left_align(source_positions_BxS, count_B, 0),
                                      target_positions_BxT], 1)

@@ -75,8 +75,8 @@ class TokenModel(nnx.Module):
         if self.config.scale_embedding:  # by the square root of the embedding's own width
             x = x * jnp.sqrt(float(self.config.token_width)).astype(x.dtype)
         vectors = self.pe.input_vectors(positions_BxT)
-        if vectors is not None:
-            vectors = vectors.astype(x.dtype)
+        if vectors is not None:  # [1, T, D] when the rows share their positions
+            vectors = jnp.broadcast_to(vectors.astype(x.dtype), x.shape[:2] + vectors.shape[2:])
             if self.config.split_input:
                 x = jnp.concatenate([x, vectors], axis=-1)
             elif self.input_projection is None:
@@ -93,14 +93,19 @@ class TokenModel(nnx.Module):
             return self.embed.attend(y_BxTxD).astype(jnp.float32)
         return self.output_projection(y_BxTxD).astype(jnp.float32)
 
-    def empty_cache(self, batch_size: int, max_length: int,
-                    layers: int) -> list[dict[str, jax.Array]]:
-        """Zeroed keys, values and positions for ``max_length`` tokens, one dict per layer."""
+    def empty_cache(self, batch_size: int, max_length: int, layers: int,
+                    position_rows: int | None = None) -> list[dict[str, jax.Array]]:
+        """Zeroed keys, values and positions for ``max_length`` tokens, one dict per layer.
+
+        ``position_rows`` is 1 when every row shares its positions (then so does the cache's
+        ``[1, max_length]`` positions, and each step's bias is computed once), else the batch.
+        """
         shape = (batch_size, max_length, self.config.num_heads, self.config.head_dim)
+        rows = batch_size if position_rows is None else position_rows
         return [
             {"k": jnp.zeros(shape, self.config.compute_dtype),
              "v": jnp.zeros(shape, self.config.compute_dtype),
-             "positions": jnp.zeros((batch_size, max_length), jnp.int32),
+             "positions": jnp.zeros((rows, max_length), jnp.int32),
              "index": jnp.zeros((), jnp.int32)}
             for _ in range(layers)
         ]
@@ -159,16 +164,17 @@ class Seq2SeqTransformer(TokenModel):
         return self.decode(target_input_BxT, target_positions_BxT, encoded, source_positions_BxS,
                            source_mask_BxS, target_mask_BxT, keys[1])
 
-    def init_cache(self, batch_size: int, max_length: int) -> list[dict[str, jax.Array]]:
+    def init_cache(self, batch_size: int, max_length: int,
+                   position_rows: int | None = None) -> list[dict[str, jax.Array]]:
         """An empty key/value cache per decoder layer for ``max_length`` target tokens."""
-        return self.empty_cache(batch_size, max_length, len(self.decoder_layers))
+        return self.empty_cache(batch_size, max_length, len(self.decoder_layers), position_rows)
 
     def decode_step(self, tokens_Bx1: jax.Array, positions_Bx1: jax.Array,
                     encoded_BxSxD: jax.Array, source_positions_BxS: jax.Array,
                     source_mask_BxS: jax.Array, cache: list[dict[str, jax.Array]],
                     ) -> tuple[jax.Array, list[dict[str, jax.Array]]]:
         """Logits ``[B, V]`` for one new token per sequence, and the updated cache."""
-        batch, max_length = cache[0]["positions"].shape
+        batch, max_length = cache[0]["k"].shape[:2]
         visible = jnp.arange(max_length) <= cache[0]["index"]
         self_mask = jnp.broadcast_to(visible[None, None, :], (batch, 1, max_length))
         source_mask = source_mask_BxS[:, None, :]

@@ -55,6 +55,7 @@ def torch_linear(fan_in: int, fan_out: int, rngs: nnx.Rngs) -> nnx.Linear:
 def dape_logits(logits_BxHxTxS: jax.Array, bias_BxHxTxS: jax.Array, hidden: nnx.Linear,
                 out: nnx.Linear) -> jax.Array:
     """``logits + bias + MLP([logits; bias])`` over the head axis, float32 ``[B, H, T, S]``."""
+    bias_BxHxTxS = jnp.broadcast_to(bias_BxHxTxS, logits_BxHxTxS.shape)  # a batch-1 base bias
     features = jnp.concatenate([logits_BxHxTxS, bias_BxHxTxS], axis=1)  # [B, 2H, T, S]
     h = jax.nn.leaky_relu(hidden(jnp.moveaxis(features, 1, -1)), negative_slope=0.01)
     return logits_BxHxTxS + bias_BxHxTxS + jnp.moveaxis(out(h), -1, 1)

@@ -8,7 +8,13 @@ already seen every position (and every distance) up to M. Policy at evaluation: 
 (``0 .. n - 1``). M = 0 turns it off. ``per``: ``example`` draws every row independently;
 ``batch`` draws once per batch, as the paper's code does (``jnp.sort(jax.random.choice(key,
 max_len, (length,), replace=False))`` per batch in google-deepmind/randomized_positional_encodings,
-models/positional_encodings.py), so rows of equal length share their positions.
+models/positional_encodings.py): one sorted draw for the batch's longest row, whose first n
+positions every row with n real tokens takes. With rows of one length (the paper's batches,
+``data.length_sampling = per_batch``) that is exactly the paper's draw.
+
+Positions that every row shares (plain ones, and per-batch draws) come back as ``[1, T]``, so
+every bias scheme computes its ``[1, H, T, S]`` bias once and attention broadcasts it over the
+batch (the padding is the mask's business). Per-example draws are ``[B, T]``.
 
 Padding does not change the positions of real tokens: the subset is the top-n of M random scores,
 so the same key gives the same real positions at any padded length. Padded slots get the next
@@ -84,21 +90,18 @@ def check_randomize(pe: Mapping[str, Any], max_length: int) -> None:
 
 
 def plain_positions(mask_BxT: jax.Array) -> jax.Array:
-    """``0 .. T - 1`` for every row, int32 ``[B, T]``."""
-    return jnp.broadcast_to(jnp.arange(mask_BxT.shape[-1], dtype=jnp.int32), mask_BxT.shape)
+    """``0 .. T - 1``, shared by every row: int32 ``[1, T]``."""
+    return jnp.arange(mask_BxT.shape[-1], dtype=jnp.int32)[None, :]
 
 
-def random_positions(key: jax.Array, mask_BxT: jax.Array, max_position: int,
-                     per_batch: bool = False) -> jax.Array:
+def random_positions(key: jax.Array, mask_BxT: jax.Array, max_position: int) -> jax.Array:
     """Sorted distinct random positions in ``[0, max_position)`` for real tokens, ``[B, T]``.
 
-    ``mask`` is True on the real tokens, a prefix of each row. Rows are sampled independently,
-    or with ``per_batch`` from one draw (rows with n real tokens then all get the same n).
+    ``mask`` is True on the real tokens, a prefix of each row; rows are sampled independently.
     """
     batch, length = mask_BxT.shape
     sampled = min(length, max_position)
-    scores_BxM = jax.random.uniform(key, (1 if per_batch else batch, max_position))
-    scores_BxM = jnp.broadcast_to(scores_BxM, (batch, max_position))
+    scores_BxM = jax.random.uniform(key, (batch, max_position))
     _, chosen_BxK = jax.lax.top_k(scores_BxM, sampled)  # a random subset, in random order
     if sampled < length:  # only padding can lie beyond max_position slots (check_randomize)
         filler = jnp.full((batch, length - sampled), max_position - 1, chosen_BxK.dtype)
@@ -111,10 +114,12 @@ def random_positions(key: jax.Array, mask_BxT: jax.Array, max_position: int,
 
 def make_positions(pe: Mapping[str, Any], mask_BxT: jax.Array, key: jax.Array | None,
                    training: bool) -> jax.Array:
-    """Positions int32 ``[B, T]`` for one side of a batch, under ``model.pe.randomize``.
+    """Positions int32 for one side of a batch under ``model.pe.randomize``: ``[1, T]`` when
+    every row shares them, ``[B, T]`` for per-example draws.
 
     Plain ``0 .. T - 1`` when randomization is off, or at evaluation with policy ``plain``;
-    otherwise ``random_positions(key, mask, max_position)`` (deterministic for a given key).
+    otherwise ``random_positions(key, mask, max_position)`` (deterministic for a given key),
+    drawn once for the batch's longest row with ``per = batch``.
     """
     max_position, policy = randomize_settings(pe)
     if max_position == 0 or (not training and policy == "plain"):
@@ -122,5 +127,7 @@ def make_positions(pe: Mapping[str, Any], mask_BxT: jax.Array, key: jax.Array | 
     if key is None:
         raise ValueError("randomized positions need an RNG key (model.pe.randomize.max_position "
                          f"= {max_position}, training={training}, eval_policy={policy!r})")
-    return random_positions(key, jnp.asarray(mask_BxT, bool), max_position,
-                            per_batch=randomize_draw(pe) == "batch")
+    mask_BxT = jnp.asarray(mask_BxT, bool)
+    if randomize_draw(pe) == "batch":  # real tokens are a prefix: the longest row's mask
+        return random_positions(key, jnp.any(mask_BxT, axis=0, keepdims=True), max_position)
+    return random_positions(key, mask_BxT, max_position)

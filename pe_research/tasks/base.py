@@ -132,6 +132,10 @@ class Task(abc.ABC):
     def widest(self, lengths: Iterable[int]) -> tuple[int, int]:
         """Widest ``(source, target)`` token counts (target without EOS) at these lengths."""
 
+    def train_widest(self, lengths: Iterable[int]) -> tuple[int, int]:
+        """``widest`` over the training examples alone (a dataset's eval split can be wider)."""
+        return self.widest(lengths)
+
     @abc.abstractmethod
     def max_lengths(self, keys: np.ndarray) -> tuple[int, int]:
         """Widest ``(source, target)`` token counts (target without EOS) over these keys."""

@@ -132,9 +132,16 @@ class DatasetTask(Task):
         return [int(n) for n in np.unique(data.lengths)]
 
     def widest(self, lengths: Iterable[int]) -> tuple[int, int]:
+        return self._widest(lengths, (self.train, self.evaluation))
+
+    def train_widest(self, lengths: Iterable[int]) -> tuple[int, int]:
+        return self._widest(lengths, (self.train,))
+
+    @staticmethod
+    def _widest(lengths: Iterable[int], splits) -> tuple[int, int]:
         wanted = np.asarray(sorted(int(n) for n in lengths))
         widths = [0, 0]
-        for split in (self.train, self.evaluation):
+        for split in splits:
             rows = np.isin(split.lengths, wanted)
             widths[0] = max(widths[0], int(split.source.lengths[rows].max(initial=0)))
             widths[1] = max(widths[1], int(split.target.lengths[rows].max(initial=0)))

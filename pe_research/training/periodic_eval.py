@@ -47,6 +47,8 @@ class PeriodicEvaluator:
             self.dataset = data.eval_dataset(*arguments)
             present = set(data.eval_lengths_of(self.dataset))
             self.lengths = tuple(n for n in config.train.eval_lengths if n in present)
+            self.widths = data.eval_widths(self.dataset, self.lengths,
+                                           tuple(config.data.buckets))
             missing = sorted(set(config.train.eval_lengths) - present)
             if missing:  # dataset tasks hold only some lengths in their eval split
                 warnings.warn(f"train.eval_lengths {missing} have no {task.name} evaluation "
@@ -56,7 +58,7 @@ class PeriodicEvaluator:
     def _length_batches(self, length: int) -> Iterator[dict[str, np.ndarray]]:
         yield from data.eval_batches(self.dataset, length, self.config.eval.batch_size,
                                      tuple(self.config.data.buckets), jax.process_index(),
-                                     jax.process_count())
+                                     jax.process_count(), self.widths[length])
 
     def _run(self, params: Any, local_batches) -> dict[str, float]:
         totals: dict[str, float] = {}

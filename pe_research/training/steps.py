@@ -37,11 +37,12 @@ EVAL_KEY_TAG = 0x0E7A1  # folded into the seed for evaluation-time random positi
 
 def batch_positions(pe: Mapping[str, Any], batch: Batch, key: jax.Array, training: bool,
                     architecture: str = "encoder_decoder") -> tuple[jax.Array, jax.Array]:
-    """Source ``[B, S]`` and target ``[B, T]`` positions for a batch.
+    """Source and target positions for a batch, ``[1, S]``/``[1, T]`` where rows share them.
 
-    Encoder-decoder: each side from 0 (or drawn) on its own. Single-stack models: one draw over
-    the source followed by the target, so target position j of a row with n source tokens is
-    the joint sequence's position n + j.
+    Encoder-decoder: each side from 0 (or drawn) on its own; shared by the rows unless drawn
+    per example (``make_positions``). Single-stack models: one draw over the source followed by
+    the target, so target position j of a row with n source tokens is the joint sequence's
+    position n + j: per row, ``[B, S]`` and ``[B, T]``.
     """
     if architecture == "encoder_decoder":
         source_key, target_key = jax.random.split(key)
@@ -51,8 +52,9 @@ def batch_positions(pe: Mapping[str, Any], batch: Batch, key: jax.Array, trainin
     width, length = source_mask.shape[1], target_mask.shape[1]
     count_B = jnp.sum(source_mask, axis=-1)
     real = jnp.sum(target_mask, axis=-1) + count_B
-    joint_BxW = make_positions(pe, jnp.arange(width + length)[None, :] < real[:, None],
-                               jax.random.split(key)[0], training)
+    joint_mask_BxW = jnp.arange(width + length)[None, :] < real[:, None]
+    joint_BxW = jnp.broadcast_to(make_positions(pe, joint_mask_BxW, jax.random.split(key)[0],
+                                                training), joint_mask_BxW.shape)
     index_BxT = jnp.clip(count_B[:, None] + jnp.arange(length), 0, width + length - 1)
     return joint_BxW[:, :width], jnp.take_along_axis(joint_BxW, index_BxT, axis=1)
 

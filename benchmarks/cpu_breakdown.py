@@ -1,0 +1,155 @@
+"""Where a CPU train step goes: the GEMM floor, forward, backward, optimizer, host.
+
+    python benchmarks/cpu_breakdown.py                    # d_model 256, 4+4 layers, batch 64
+    python benchmarks/cpu_breakdown.py --config.model.d_model=64 --config.model.d_ff=128
+
+The bigger shape of the PyTorch comparison: configs/default.py's encoder-decoder at d_model 256,
+4 heads, 4+4 layers, d_ff 1024, batch 64, source 64 and target 72 tokens (copy at n = 64, so
+nothing is padding), RoPE. Printed, each the median of 5 blocks after warm-up:
+
+1. The floor: every matrix product of the step (forward shapes; the backward pass runs two more
+   of each size) as bare ``jnp.matmul`` under ``jax.jit`` and as NumPy's BLAS, in GFLOP/s.
+   Run ``benchmarks/torch_reference.py`` with a PyTorch interpreter for the same products in
+   ``torch``.
+2. The step, split: forward (loss only), forward + backward (``value_and_grad``), the optimizer
+   update alone, the whole train step, and the host's share (the step's wall time minus the
+   device's, from dispatching an already-computed batch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from pe_research import data
+from pe_research.config import collect_overrides, load_config
+from pe_research.evaluation.metrics import token_cross_entropy
+from pe_research.mesh import data_mesh
+from pe_research.model import build_model
+from pe_research.tasks import get_task
+from pe_research.training.optimizer import make_optimizer
+from pe_research.training.steps import forward, make_steps
+
+REPO = Path(__file__).resolve().parents[1]
+SHAPE = ["--config.model.d_model=256", "--config.model.num_heads=4", "--config.model.d_ff=1024",
+         "--config.model.num_encoder_layers=4", "--config.model.num_decoder_layers=4",
+         "--config.data.batch_size=64", "--config.task.name=copy",
+         "--config.data.train_lengths=64,64", "--config.data.buckets=64,72",
+         "--config.train.eval_lengths=()", "--config.eval.lengths=(64,)"]
+
+
+def median_seconds(function: Callable[[], object], repeats: int = 10, blocks: int = 5) -> float:
+    """Median over ``blocks`` of the mean wall time of ``repeats`` calls (after 3 warm-ups)."""
+    for _ in range(3):
+        jax.block_until_ready(function())
+    times = []
+    for _ in range(blocks):
+        start = time.perf_counter()
+        for _ in range(repeats):
+            out = function()
+        jax.block_until_ready(out)
+        times.append((time.perf_counter() - start) / repeats)
+    return statistics.median(times)
+
+
+def step_matmuls(config, source: int, target: int, batch: int) -> list[tuple[str, int, int, int]]:
+    """(name, M, K, N) of the forward pass's matrix products, one entry per kind per layer."""
+    d, f, vocab = config.model.d_model, config.model.d_ff, 16
+    encoder, decoder = config.model.num_encoder_layers, config.model.num_decoder_layers
+    rows_s, rows_t = batch * source, batch * target
+    return ([("encoder q/k/v/out", rows_s, d, d)] * 4 * encoder
+            + [("encoder ff in", rows_s, d, f), ("encoder ff out", rows_s, f, d)] * encoder
+            + [("decoder q/k/v/out + cross q/out", rows_t, d, d)] * 6 * decoder
+            + [("cross k/v", rows_s, d, d)] * 2 * decoder
+            + [("decoder ff in", rows_t, d, f), ("decoder ff out", rows_t, f, d)] * decoder
+            + [("output", rows_t, d, vocab)])
+
+
+def gemm_floor(matmuls) -> None:
+    """GFLOP/s of each distinct product, jnp (jit) vs NumPy, and the forward's total time."""
+    print("| product (M x K x N) | count | jnp GFLOP/s | NumPy GFLOP/s |")
+    print("|---|---:|---:|---:|")
+    total = {"jnp": 0.0, "numpy": 0.0}
+    for m, k, n in sorted({shape[1:] for shape in matmuls}):
+        count = sum(1 for shape in matmuls if shape[1:] == (m, k, n))
+        a = np.random.default_rng(0).standard_normal((m, k), np.float32)
+        b = np.random.default_rng(1).standard_normal((k, n), np.float32)
+        a_j, b_j = jnp.asarray(a), jnp.asarray(b)
+        product = jax.jit(jnp.matmul)
+        flops = 2 * m * k * n
+        seconds = {"jnp": median_seconds(lambda p=product, x=a_j, y=b_j: p(x, y)),
+                   "numpy": median_seconds(lambda x=a, y=b: x @ y)}
+        for name in total:
+            total[name] += count * seconds[name]
+        print(f"| {m} x {k} x {n} | {count} | {flops / seconds['jnp'] / 1e9:.1f} | "
+              f"{flops / seconds['numpy'] / 1e9:.1f} |")
+    print(f"\nthe forward's products one after another: jnp {total['jnp'] * 1e3:.1f} ms, NumPy "
+          f"{total['numpy'] * 1e3:.1f} ms (x3 for forward + backward)\n")
+
+
+def step_parts(config) -> None:
+    """Forward, forward + backward, optimizer update, whole step and host share, in ms."""
+    task = get_task(config.task.to_dict(), config.data.to_dict())
+    model = build_model(config, task.vocabulary.size)
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    batch = data.global_batch(data.train_batch(task, config.data, config.seed, 0), data_mesh())
+    key = jax.random.key(0)
+    optimizer = make_optimizer(config.train)
+    opt_state = optimizer.init(params)
+
+    def loss(params):
+        logits = forward(nnx.merge(graphdef, params, rest), batch, key, training=True)
+        return token_cross_entropy(logits, batch["target_output"], batch["target_mask"])
+
+    forward_only = jax.jit(loss)
+    backward = jax.jit(jax.value_and_grad(loss))
+    grads = backward(params)[1]
+    update = jax.jit(lambda g, s, p: optax.apply_updates(p, optimizer.update(g, s, p)[0]))
+    steps, fresh = make_steps(model, config.train, config.seed, data_mesh())
+    state = {"params": fresh, "opt": optimizer.init(fresh)}
+
+    def train_step():
+        state["params"], state["opt"], metrics = steps.train(state["params"], state["opt"],
+                                                             batch, 0)
+        return metrics
+
+    tokens = batch["source"].size + batch["target_input"].size
+    parts = {"forward (loss)": median_seconds(lambda: forward_only(params)),
+             "forward + backward": median_seconds(lambda: backward(params)),
+             "optimizer update": median_seconds(lambda: update(grads, opt_state, params)),
+             "train step (all of it)": median_seconds(train_step)}
+    print("| part | ms | share of the step |")
+    print("|---|---:|---:|")
+    whole = parts["train step (all of it)"]
+    for name, seconds in parts.items():
+        print(f"| {name} | {seconds * 1e3:.1f} | {seconds / whole:.0%} |")
+    print(f"\ntrain step: {tokens / whole:,.0f} tokens/s ({tokens} tokens per step)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skip-floor", action="store_true")
+    overrides, rest = collect_overrides(sys.argv[1:])
+    args = parser.parse_args(rest)
+    config = load_config(REPO / "configs" / "default.py", [*SHAPE, *overrides])
+    print(f"device: {jax.devices()[0].device_kind} ({jax.default_backend()}), jax "
+          f"{jax.__version__}; d_model {config.model.d_model}, "
+          f"{config.model.num_encoder_layers}+{config.model.num_decoder_layers} layers, batch "
+          f"{config.data.batch_size}\n")
+    if not args.skip_floor:
+        gemm_floor(step_matmuls(config, 64, 72, config.data.batch_size))
+    step_parts(config)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""Train-step speed of named shapes, for every attention implementation and dtype that applies.
+
+    python benchmarks/train_speed.py                      # every shape; CPU: xla/float32 only
+    python benchmarks/train_speed.py --shapes default --dtypes float32,bfloat16
+    python benchmarks/train_speed.py --shapes large --steps 20 --config.model.pe.type=alibi
+
+Shapes (task length n; every batch is exactly one shape, no padding):
+
+* ``default``: configs/default.py (encoder-decoder, d_model 64, 2+2 layers, batch 32), copy at
+  its longest training length, n = 16.
+* ``randomized_pe``: the randomized-PE paper's model (Ruoss et al. 2023): encoder-only,
+  d_model 64, 8 heads, 5 layers, batch 128, duplicate_string at n = 40, Transformer-XL
+  relative encoding with positions randomized over [0, 2048) (configs/randomized_pe_benchmark.py).
+* ``large``: encoder-decoder, d_model 512, 8 heads, 6+6 layers, d_ff 2048, batch 64, copy at
+  n = 255 (256 source and 256 target tokens with EOS), RoPE.
+
+Per shape, attention implementation (``xla``; ``cudnn`` on a GPU, bfloat16 only) and dtype:
+tokens/s (source + target tokens of the batch per second), the median step time over 3 blocks
+after warm-up (``block_until_ready``), compile time, the step's memory from XLA's memory
+analysis (arguments + outputs + temporaries - donated) and the device's peak so far where the
+backend reports it (shapes run from small to large, so it is that shape's), FLOPs per step from
+XLA's cost analysis of the xla-attention step (a cuDNN custom call reports none; the math is
+the same) and MFU against the device's dense bf16 peak (``step_timing.PEAK_FLOPS``: H100/H200
+989 TFLOP/s, A100 312); on a CPU, FLOP/s only. A combination that fails prints its one-line
+error in its row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import jax
+from step_timing import memory_gb, peak_flops, timed
+
+from pe_research import data
+from pe_research.config import collect_overrides, load_config
+from pe_research.errors import ConfigError
+from pe_research.mesh import data_mesh
+from pe_research.model import build_model
+from pe_research.tasks import get_task
+from pe_research.training.optimizer import make_optimizer
+from pe_research.training.steps import make_steps
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs"
+# name -> (config file, task length, overrides)
+SHAPES: dict[str, tuple[str, int, tuple[str, ...]]] = {
+    "default": ("default.py", 16, ()),
+    "randomized_pe": ("randomized_pe_benchmark.py", 40, (
+        "--config.model.architecture=encoder_only", "--config.model.num_encoder_layers=5")),
+    "large": ("default.py", 255, (
+        "--config.model.d_model=512", "--config.model.num_heads=8", "--config.model.d_ff=2048",
+        "--config.model.num_encoder_layers=6", "--config.model.num_decoder_layers=6",
+        "--config.data.batch_size=64", "--config.model.pe.type=rope")),
+}
+
+
+def shape_config(name: str, implementation: str, dtype: str, overrides: list[str]):
+    """The config of shape ``name``: one task length, buckets that fit it exactly."""
+    file, length, shape_overrides = SHAPES[name]
+    base = [*shape_overrides, f"--config.data.train_lengths={length},{length}",
+            "--config.train.eval_lengths=()", f"--config.eval.lengths=({length},)",
+            f"--config.model.attention_implementation={implementation}",
+            f"--config.model.dtype={dtype}", *overrides]
+    config = load_config(CONFIGS / file, base, validate=False)
+    task = get_task(config.task.to_dict(), config.data.to_dict())
+    source, target = task.widest([length])
+    config.data.buckets = tuple(sorted({source, target + 1}))
+    return load_config(CONFIGS / file, [*base, f"--config.data.buckets={config.data.buckets}"])
+
+
+def xla_cost(compiled) -> float | None:
+    """FLOPs of one call from XLA's cost analysis (a dict, or a list of one in older JAX)."""
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list | tuple) else cost
+    return float(cost["flops"]) if cost and "flops" in cost else None
+
+
+def step_memory_gb(compiled) -> float | None:
+    """Arguments + outputs + temporaries - donated buffers of the compiled step, in GiB."""
+    analysis = compiled.memory_analysis()
+    if analysis is None:
+        return None
+    total = (analysis.argument_size_in_bytes + analysis.output_size_in_bytes
+             + analysis.temp_size_in_bytes - analysis.alias_size_in_bytes)
+    return total / 2**30
+
+
+def measure(config, steps: int) -> dict:
+    """Compile time, median step time, tokens per step, FLOPs and memory of one train step."""
+    task = get_task(config.task.to_dict(), config.data.to_dict())
+    mesh = data_mesh()
+    compiled_steps, params = make_steps(build_model(config, task.vocabulary.size), config.train,
+                                        config.seed, mesh)
+    opt_state = make_optimizer(config.train).init(params)
+    batches = [data.global_batch(data.train_batch(task, config.data, config.seed, i), mesh)
+               for i in range(4)]
+    start = time.perf_counter()
+    compiled = compiled_steps.train.lower(params, opt_state, batches[0], 0).compile()
+    compile_s = time.perf_counter() - start
+    _, step_s = timed(compiled, params, opt_state, batches, steps)
+    tokens = sum(batches[0][key].size for key in ("source", "target_input"))
+    return {"compile": compile_s, "step": step_s, "tokens": tokens, "flops": xla_cost(compiled),
+            "memory": step_memory_gb(compiled), "peak": memory_gb(jax.devices()[0])}
+
+
+def combinations(dtypes: list[str]) -> list[tuple[str, str]]:
+    """(attention implementation, dtype) pairs that apply on this backend."""
+    pairs = [("xla", dtype) for dtype in dtypes]
+    if jax.default_backend() == "gpu":
+        pairs += [("cudnn", dtype) for dtype in dtypes if dtype in ("bfloat16", "float16")]
+    return pairs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", default=",".join(SHAPES), help=f"of {tuple(SHAPES)}")
+    gpu = jax.default_backend() == "gpu"
+    parser.add_argument("--dtypes", default="float32,bfloat16" if gpu else "float32")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per block (3 blocks)")
+    overrides, rest = collect_overrides(sys.argv[1:])
+    args = parser.parse_args(rest)
+    shapes = [s for s in args.shapes.split(",") if s]
+    unknown = sorted(set(shapes) - set(SHAPES))
+    if unknown:
+        sys.exit(f"error: --shapes {','.join(unknown)}: not a shape; choose from {tuple(SHAPES)}")
+    device = jax.devices()[0]
+    peak = peak_flops(device)
+    print(f"device: {device.device_kind} ({jax.default_backend()}), jax {jax.__version__}; "
+          f"{args.steps} timed steps x 3 blocks; MFU against "
+          f"{'%.0f TFLOP/s' % (peak / 1e12) if peak else 'no known peak (FLOP/s only)'}")
+    print("\n| shape | attention | dtype | tokens/s | ms/step | compile (s) | step memory (GB) "
+          "| peak (GB) | GFLOP/step | TFLOP/s | MFU |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for shape in shapes:
+        flops_of: dict[str, float | None] = {}  # dtype -> the xla step's FLOPs
+        for implementation, dtype in combinations(args.dtypes.split(",")):
+            row = f"| {shape} | {implementation} | {dtype} |"
+            try:
+                result = measure(shape_config(shape, implementation, dtype, overrides),
+                                 args.steps)
+            except (ConfigError, ValueError, NotImplementedError, RuntimeError) as error:
+                print(f"{row} failed: {str(error).splitlines()[0][:160]} |||||||", flush=True)
+                continue
+            if implementation == "xla":
+                flops_of[dtype] = result["flops"]
+            flops = flops_of.get(dtype) or result["flops"]
+            rate = flops / result["step"] if flops else None
+            cells = [f"{result['tokens'] / result['step']:,.0f}", f"{result['step'] * 1e3:.2f}",
+                     f"{result['compile']:.1f}", _cell(result["memory"], ".3f"),
+                     _cell(result["peak"], ".2f"), _cell(flops and flops / 1e9, ",.1f"),
+                     _cell(rate and rate / 1e12, ".2f"),
+                     _cell(rate and peak and 100 * rate / peak, ".1f", "%")]
+            print(f"{row} {' | '.join(cells)} |", flush=True)
+
+
+def _cell(value: float | None, spec: str, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+if __name__ == "__main__":
+    main()
