@@ -26,16 +26,11 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-from step_timing import memory_gb, timed
+from step_timing import compile_train_step, memory_gb, timed
 from train_speed import combinations, step_memory_gb
 
 import pe_research.training.steps as steps_module
-from pe_research import data
 from pe_research.config import collect_overrides, load_config
-from pe_research.mesh import data_mesh
-from pe_research.model import build_model
-from pe_research.tasks import get_task
-from pe_research.training.optimizer import make_optimizer
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_POSITIONS = steps_module.make_positions
@@ -50,19 +45,12 @@ def measure(config, layout: str, steps: int) -> dict:
     """Memory, compile and step time of one train step with positions laid out as ``layout``."""
     steps_module.make_positions = per_row_positions if layout == "per row" else SHARED_POSITIONS
     try:
-        task = get_task(config.task.to_dict(), config.data.to_dict())
-        mesh = data_mesh()
-        compiled_steps, params = steps_module.make_steps(
-            build_model(config, task.vocabulary.size), config.train, config.seed, mesh)
-        opt_state = make_optimizer(config.train).init(params)
-        batches = [data.global_batch(data.train_batch(task, config.data, config.seed, i), mesh)
-                   for i in range(2)]
-        compiled = compiled_steps.train.lower(params, opt_state, batches[0], 0).compile()
-        compile_s, step_s = timed(compiled, params, opt_state, batches, steps)
+        step = compile_train_step(config, batch_count=2)
+        _, step_s = timed(step.compiled, step.params, step.opt_state, step.batches, steps)
     finally:
         steps_module.make_positions = SHARED_POSITIONS
-    return {"memory": step_memory_gb(compiled), "peak": memory_gb(jax.devices()[0]),
-            "compile": compile_s, "step": step_s}
+    return {"memory": step_memory_gb(step.compiled), "peak": memory_gb(jax.devices()[0]),
+            "compile": step.compile_s, "step": step_s}
 
 
 def main() -> None:

@@ -19,20 +19,13 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import time
 from pathlib import Path
 
 import jax
-from step_timing import memory_gb, timed
+from step_timing import compile_train_step, memory_gb, timed
 
-from pe_research import data
 from pe_research.config import collect_overrides, load_config
-from pe_research.mesh import data_mesh
-from pe_research.model import build_model
 from pe_research.positional import SCHEMES
-from pe_research.tasks import get_task
-from pe_research.training.optimizer import make_optimizer
-from pe_research.training.steps import make_steps
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -76,23 +69,15 @@ def scheme_config(args: argparse.Namespace, overrides: list[str], scheme: str, l
 
 def measure(config, steps: int) -> dict:
     """Compile time, median step time, XLA temp memory, pair tensors of one train step."""
-    task = get_task(config.task.to_dict(), config.data.to_dict())
-    mesh = data_mesh()
-    compiled_steps, params = make_steps(build_model(config, task.vocabulary.size), config.train,
-                                        config.seed, mesh)
-    opt_state = make_optimizer(config.train).init(params)
-    batches = [data.global_batch(data.train_batch(task, config.data, config.seed, i), mesh)
-               for i in range(4)]
-    start = time.perf_counter()
-    compiled = compiled_steps.train.lower(params, opt_state, batches[0], 0).compile()
-    compile_s = time.perf_counter() - start
+    step = compile_train_step(config)
+    compiled, params, opt_state, batches = step.compiled, step.params, step.opt_state, step.batches
     temp = getattr(compiled.memory_analysis(), "temp_size_in_bytes", None)
     batch, length = batches[0]["target_input"].shape[0], sum(
         batches[0][key].shape[1] for key in ("source", "target_input"))
-    jaxpr = jax.make_jaxpr(compiled_steps.train)(params, opt_state, batches[0], 0)
+    jaxpr = jax.make_jaxpr(step.steps.train)(params, opt_state, batches[0], 0)
     limit = batch * config.model.num_heads * length * length
     _, step_s = timed(compiled, params, opt_state, batches, steps)
-    return {"compile": compile_s, "step": step_s, "temp_mb": temp / 2**20 if temp else None,
+    return {"compile": step.compile_s, "step": step_s, "temp_mb": temp / 2**20 if temp else None,
             "pairs": pair_tensors(jaxpr, length, limit), "peak_gb": memory_gb(jax.devices()[0])}
 
 

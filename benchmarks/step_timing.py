@@ -1,13 +1,21 @@
-"""What the benchmark scripts share: timing a compiled step, device peaks and memory."""
+"""What the benchmark scripts share: compiling and timing a train step, device peaks, memory."""
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+
+from pe_research import data
+from pe_research.mesh import data_mesh
+from pe_research.model import build_model
+from pe_research.tasks import get_task
+from pe_research.training import steps as steps_module
+from pe_research.training.optimizer import make_optimizer
 
 # Dense bf16 peak FLOP/s of known accelerators (for MFU); CPUs report FLOP/s only.
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
@@ -44,3 +52,30 @@ def timed(step: Callable, params: Any, opt_state: Any, batches: Sequence[Any],
         jax.block_until_ready(metrics)
         per_step.append((time.perf_counter() - start) / steps)
     return compile_s, statistics.median(per_step)
+
+
+@dataclasses.dataclass
+class CompiledStep:
+    """One config's train step, compiled ahead of time, with what it runs on."""
+
+    steps: Any  # the ``make_steps`` bundle (its ``train`` is the jitted step)
+    compiled: Callable
+    params: Any
+    opt_state: Any
+    batches: list[dict]
+    compile_s: float
+
+
+def compile_train_step(config, batch_count: int = 4) -> CompiledStep:
+    """Build ``config``'s model and optimizer and compile its train step (timed)."""
+    task = get_task(config.task.to_dict(), config.data.to_dict())
+    mesh = data_mesh()
+    compiled_steps, params = steps_module.make_steps(
+        build_model(config, task.vocabulary.size), config.train, config.seed, mesh)
+    opt_state = make_optimizer(config.train).init(params)
+    batches = [data.global_batch(data.train_batch(task, config.data, config.seed, i), mesh)
+               for i in range(batch_count)]
+    start = time.perf_counter()
+    compiled = compiled_steps.train.lower(params, opt_state, batches[0], 0).compile()
+    return CompiledStep(compiled_steps, compiled, params, opt_state, batches,
+                        time.perf_counter() - start)

@@ -29,20 +29,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import jax
-from step_timing import memory_gb, peak_flops, timed
+from step_timing import compile_train_step, memory_gb, peak_flops, timed
 
-from pe_research import data
 from pe_research.config import collect_overrides, load_config
 from pe_research.errors import ConfigError
-from pe_research.mesh import data_mesh
-from pe_research.model import build_model
 from pe_research.tasks import get_task
-from pe_research.training.optimizer import make_optimizer
-from pe_research.training.steps import make_steps
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
@@ -91,20 +85,12 @@ def step_memory_gb(compiled) -> float | None:
 
 def measure(config, steps: int) -> dict:
     """Compile time, median step time, tokens per step, FLOPs and memory of one train step."""
-    task = get_task(config.task.to_dict(), config.data.to_dict())
-    mesh = data_mesh()
-    compiled_steps, params = make_steps(build_model(config, task.vocabulary.size), config.train,
-                                        config.seed, mesh)
-    opt_state = make_optimizer(config.train).init(params)
-    batches = [data.global_batch(data.train_batch(task, config.data, config.seed, i), mesh)
-               for i in range(4)]
-    start = time.perf_counter()
-    compiled = compiled_steps.train.lower(params, opt_state, batches[0], 0).compile()
-    compile_s = time.perf_counter() - start
-    _, step_s = timed(compiled, params, opt_state, batches, steps)
-    tokens = sum(batches[0][key].size for key in ("source", "target_input"))
-    return {"compile": compile_s, "step": step_s, "tokens": tokens, "flops": xla_cost(compiled),
-            "memory": step_memory_gb(compiled), "peak": memory_gb(jax.devices()[0])}
+    step = compile_train_step(config)
+    _, step_s = timed(step.compiled, step.params, step.opt_state, step.batches, steps)
+    tokens = sum(step.batches[0][key].size for key in ("source", "target_input"))
+    return {"compile": step.compile_s, "step": step_s, "tokens": tokens,
+            "flops": xla_cost(step.compiled), "memory": step_memory_gb(step.compiled),
+            "peak": memory_gb(jax.devices()[0])}
 
 
 def combinations(dtypes: list[str]) -> list[tuple[str, str]]:
