@@ -11,7 +11,10 @@ its ratio to NoPE's, XLA's temporary memory for the step (its memory analysis: w
 step allocates beyond parameters and inputs), peak device memory where the backend reports it
 (GPUs), and every intermediate of the step's jaxpr with (T, S) axes and more elements than the
 bias ``[B, H, T, S]``: a tensor per (query, key) pair wider than a scalar per head, which is
-what limits long lengths.
+what limits long lengths. "attention" says whether the scheme keeps the fused
+``jax.nn.dot_product_attention`` (``fused``: cuDNN's kernel when run with
+``--config.model.attention_implementation=cudnn --config.model.dtype=bfloat16`` on a GPU) or
+computes attention itself (``explicit``: XLA whatever the implementation).
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ import sys
 from pathlib import Path
 
 import jax
+from flax import nnx
 from step_timing import compile_train_step, memory_gb, timed
 
 from pe_research.config import collect_overrides, load_config
-from pe_research.positional import SCHEMES
+from pe_research.positional import SCHEMES, build_scheme
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -67,6 +71,14 @@ def scheme_config(args: argparse.Namespace, overrides: list[str], scheme: str, l
     return config
 
 
+def attention_path(config) -> str:
+    """``fused`` if the scheme keeps ``jax.nn.dot_product_attention``, else ``explicit``."""
+    model = config.model
+    scheme = build_scheme(dict(model.pe), d_model=model.d_model, num_heads=model.num_heads,
+                          rngs=nnx.Rngs(0))
+    return "fused" if scheme.uses_fused_attention else "explicit"
+
+
 def measure(config, steps: int) -> dict:
     """Compile time, median step time, XLA temp memory, pair tensors of one train step."""
     step = compile_train_step(config)
@@ -99,17 +111,19 @@ def main() -> None:
           f"{args.layers} layers, batch {args.batch_size}, {args.steps} timed steps x 3 blocks")
     for length in [int(n) for n in args.lengths.split(",")]:
         print(f"\nT = S = {length}\n")
-        print("| scheme | ms/step | vs none | compile (s) | XLA temp (MB) | peak (GB) | "
-              "per-pair tensors wider than the bias |")
-        print("|---|---:|---:|---:|---:|---:|---|")
+        print("| scheme | attention | ms/step | vs none | compile (s) | XLA temp (MB) | "
+              "peak (GB) | per-pair tensors wider than the bias |")
+        print("|---|---|---:|---:|---:|---:|---:|---|")
         reference = None
         for scheme in schemes:
-            result = measure(scheme_config(args, overrides, scheme, length), args.steps)
+            config = scheme_config(args, overrides, scheme, length)
+            result = measure(config, args.steps)
             reference = reference or result["step"]
             pairs = ", ".join(str(list(shape)) for shape in sorted(result["pairs"])) or "-"
             temp = "-" if result["temp_mb"] is None else f"{result['temp_mb']:,.0f}"
             peak = "-" if result["peak_gb"] is None else f"{result['peak_gb']:.2f}"
-            print(f"| {scheme} | {result['step'] * 1e3:.1f} | {result['step'] / reference:.2f}x"
+            print(f"| {scheme} | {attention_path(config)} | {result['step'] * 1e3:.1f} | "
+                  f"{result['step'] / reference:.2f}x"
                   f" | {result['compile']:.1f} | {temp} | {peak} | {pairs} |", flush=True)
 
 

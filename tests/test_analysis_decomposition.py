@@ -7,16 +7,22 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from tiny_models import CORE_SCHEMES, VOCAB, arange_positions, tiny_model
+from tiny_models import CORE_SCHEMES, VOCAB, arange_positions, tiny_config, tiny_model
 
 from pe_research.analysis.decomposition import (
     ADDITIVE_TERMS,
     all_site_terms,
+    attention_terms,
     decompose,
     qk_logits,
+    self_attention_sites,
+    term_description,
 )
 from pe_research.analysis.streams import Split, split_layer_norm, trace_encoder
 from pe_research.analysis.vectors import input_parts
+from pe_research.model import SingleStackTransformer
+from pe_research.positional import SCHEMES
+from pe_research.positional.explicit_attention import masked_softmax, weighted_values
 
 
 def tiny_batch(seed: int = 0, batch: int = 2, source_len: int = 7, target_len: int = 6):
@@ -136,12 +142,70 @@ def test_position_terms_of_a_post_ln_first_layer_match_the_formula():
                                np.einsum("the,she->hts", q, k_token), rtol=1e-4, atol=1e-5)
 
 
-def test_schemes_that_compute_attention_themselves_are_flagged():
-    model = tiny_model("cope")
-    sites = decompose(model, tiny_batch())
-    notes = {site["name"]: site["note"] for site in sites}
-    assert notes["encoder_self/layer_0"] == ""  # cope acts only in the decoder
-    assert "explicit_attention" in notes["decoder_self/layer_0"]
+def attention_from_terms(site, terms) -> np.ndarray:
+    """The layer's output rebuilt from its terms: softmax(sum / sqrt(D)) . v, projected."""
+    attention, x = site.attention, site.seen.total
+    logits = sum(terms.values()) / math.sqrt(attention.head_dim)
+    probs = masked_softmax(logits, site.mask)
+    return attention.output(weighted_values(probs, attention.value(x)))
+
+
+ARCHITECTURE_CASES = [(scheme, "encoder_decoder") for scheme in sorted(SCHEMES)] + [
+    (scheme, "decoder_only") for scheme in ("fox", "cope", "dape", "pope", "alibi")]
+
+
+@pytest.mark.parametrize(("scheme", "architecture"), ARCHITECTURE_CASES)
+def test_terms_rebuild_every_schemes_attention_output(scheme, architecture):
+    """Every scheme, fused or explicit (FoX, DAPE, CoPE, PoPE): its terms are all the logits.
+    Decoder-only models put padding before the source tokens, the layout FoX must sum around."""
+    pe = {"value_embeddings": False} if scheme == "shaw" else {}
+    if architecture == "encoder_decoder":
+        model = tiny_model(scheme, pe=pe)
+    else:
+        model = SingleStackTransformer(tiny_config(scheme, pe=pe, architecture=architecture),
+                                       rngs=nnx.Rngs(0))
+    batch = tiny_batch()
+    inputs = [jnp.asarray(batch[k]) for k in ("source", "target_input")]
+    inputs += [arange_positions(*inputs[0].shape), arange_positions(*inputs[1].shape)]
+    inputs += [jnp.asarray(batch[k]) for k in ("source_mask", "target_mask")]
+    for site in self_attention_sites(model, *inputs):
+        terms = attention_terms(site)
+        own = set(site.scheme.extra_logit_terms) if site.attention.kind in site.scheme.acts_in \
+            else set()
+        assert own <= set(terms)
+        x = site.seen.total
+        expected = site.attention(x, x, site.positions, site.positions, site.mask, site.scheme)
+        rows = np.asarray(jnp.any(site.mask, axis=-1))  # padded queries see nothing
+        np.testing.assert_allclose(np.asarray(attention_from_terms(site, terms))[rows],
+                                   np.asarray(expected)[rows], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(("scheme", "terms"), [("fox", "forget_decay"), ("dape", "dape_mlp"),
+                                               ("cope", "cope_position")])
+def test_explicit_schemes_show_their_own_terms_with_a_description(scheme, terms):
+    sites = decompose(tiny_model(scheme), tiny_batch())
+    acting = [s for s in sites if s["stack"] == "decoder" or scheme == "dape"]
+    assert all(terms in s["terms"] and s["note"] == "" for s in acting)
+    assert term_description(terms).endswith("x sqrt(head_dim)")
+    if scheme != "dape":  # fox and cope act only in the decoder
+        assert terms not in sites[0]["terms"]
+
+
+def test_fox_decay_is_zero_on_the_diagonal_and_negative_below_with_leading_padding():
+    """sum_{l=j+1..i} log f_l exactly: no constant offset from the padding before the source."""
+    model = SingleStackTransformer(tiny_config("fox", architecture="decoder_only"),
+                                   rngs=nnx.Rngs(0))
+    for site in decompose(model, tiny_batch(), example=1):  # 2 padding slots before the source
+        decay, visible = site["example"]["forget_decay"], site["example_mask"]
+        np.testing.assert_allclose(np.diagonal(decay, axis1=1, axis2=2), 0.0, atol=1e-5)
+        assert np.all(decay[:, visible] <= 1e-5) and np.any(decay[:, visible] < -1e-3)
+
+
+def test_shaw_value_embeddings_are_noted():
+    sites = decompose(tiny_model("shaw"), tiny_batch())
+    assert all("value term" in s["note"] for s in sites)
+    plain = decompose(tiny_model("shaw", pe={"value_embeddings": False}), tiny_batch())
+    assert all(s["note"] == "" for s in plain)
 
 
 @pytest.mark.parametrize("norm", ["pre", "post"])

@@ -195,11 +195,10 @@ def test_one_training_step_on_every_supported_scheme(architecture, scheme):
     value, grads = jax.jit(jax.value_and_grad(loss))(params)
     assert np.isfinite(float(value))
     assert sum(float(jnp.sum(jnp.abs(g))) for g in jax.tree.leaves(grads)) > 0
-    if scheme in ("rope", "alibi", "cope"):  # eager == jit, on a few (eager is slow)
-        eager_value, eager_grads = jax.value_and_grad(loss)(params)
-        np.testing.assert_allclose(value, eager_value, rtol=1e-5)
-        for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(eager_grads), strict=True):
-            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    eager_value, eager_grads = jax.value_and_grad(loss)(params)  # eager == jit, every scheme
+    np.testing.assert_allclose(value, eager_value, rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(eager_grads), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
 def test_a_scheme_that_cannot_act_is_one_config_error():

@@ -55,3 +55,6 @@ def test_scheme_cost_flags_the_schemes_that_build_per_pair_vectors():
     assert "[4, 16, 16, 32]" in rows["fire"]  # FIRE's MLP: 32 hidden units per pair
     assert "[4, 16, 16, 16]" in rows["dynamic_bias"]  # d_model / 4 hidden units per pair
     assert rows["shaw"].rstrip(" |").endswith("-")  # its value term runs one table row at a time
+    paths = {name: row.split("|")[2].strip() for name, row in rows.items()}
+    assert paths == {"none": "fused", "fire": "fused", "shaw": "explicit",
+                     "dynamic_bias": "fused"}  # shaw's value vectors need the weights

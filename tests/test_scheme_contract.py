@@ -40,6 +40,7 @@ from pe_research.runs.run_dir import RunDir
 VARIANTS: dict[str, dict] = {
     "alibi:learnable_slopes_on_1_of_2_heads": {"heads": 1, "learnable_slopes": True},
     "rope:partial_and_p_rope": {"rotary_fraction": 0.5, "drop_lowest_frequencies": 0.5},
+    "rope:hope": {"hope_train_length": 16},
     "dynamic_bias:log_distance_norm_depth_3": {"log_distance": True, "norm": True,
                                                "mlp_depth": 3},
     "dape:on_kerple_log": {"base": "kerple_log"},
@@ -224,6 +225,20 @@ def test_bfloat16_compute_gives_a_finite_loss(name, pe):
     source, target = random_inputs()
     loss = loss_of(model, source, target, arange_positions(2, 6), arange_positions(2, 5))
     assert loss.dtype == jnp.float32 and np.isfinite(float(loss))
+
+
+@pytest.mark.parametrize(("name", "pe"), ENTRIES, ids=IDS)
+def test_the_scheme_says_whether_its_attention_stays_on_the_fused_kernel(name, pe):
+    """``uses_fused_attention`` (what benchmarks report as cuDNN-eligible) matches the hook."""
+    model = entry_model(name, pe)
+    schemes = [layer.own_pe or model.pe for layer in model.decoder_layers]
+    x = jax.random.normal(jax.random.key(0), (1, 3, 2, 8))
+    positions, mask = arange_positions(1, 3), jnp.tril(jnp.ones((3, 3), bool))[None]
+    for scheme in schemes:
+        q, k = scheme.transform_qk(x, x, positions, positions, DECODER_SELF)
+        bias = scheme.logit_bias(q, k, positions, positions, DECODER_SELF)
+        out = scheme.explicit_attention(q, k, x, bias, mask, positions, positions, DECODER_SELF)
+        assert (out is None) == scheme.uses_fused_attention
 
 
 @pytest.mark.parametrize(("name", "pe"), ENTRIES, ids=IDS)

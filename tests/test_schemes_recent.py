@@ -1,6 +1,6 @@
 """Golden values of the recent schemes and options, from their formulas written out in NumPy:
 scaled sinusoidal, dynamic position bias, FoX, DAPE, ALiBi on some heads / learned slopes,
-partial RoPE and p-RoPE."""
+partial RoPE, p-RoPE and HoPE."""
 
 from __future__ import annotations
 
@@ -86,6 +86,10 @@ def test_fox_bias_ignores_padding_and_empty_cache_slots():
     mask = jnp.asarray(np.tril(np.ones((5, 5), bool)) & (np.arange(5) < 3))[None]
     short = forget_bias(log_f[:, :3], mask[:, :3, :3])
     np.testing.assert_allclose(forget_bias(log_f, mask)[:, :, :3, :3], short, atol=1e-6)
+    # padding before the tokens (a single-stack model's source slots): the same exact sums
+    leading = jnp.log(jnp.asarray([[[0.1], [0.2], [0.9], [0.5], [0.8]]]))
+    late = jnp.asarray(np.tril(np.ones((5, 5), bool)) & (np.arange(5) >= 2))[None]
+    np.testing.assert_allclose(forget_bias(leading, late)[:, :, 2:, 2:], short, atol=1e-6)
     # one decoding step: the query is slot 2 of a 5-slot cache (3 filled)
     step = forget_bias(log_f, jnp.asarray([[[True, True, True, False, False]]]))
     np.testing.assert_allclose(step[0, 0, 0, :3], short[0, 0, 2], atol=1e-6)
@@ -155,10 +159,32 @@ def test_p_rope_stops_rotating_the_lowest_frequencies():
     np.testing.assert_allclose(rotated[..., [2, 3, 6, 7]], x[..., [2, 3, 6, 7]], rtol=1e-6)
 
 
+def test_hope_rotates_only_the_frequencies_that_complete_a_period_in_the_training_length():
+    # head 16: theta_i = 10000^(-i/8) = 1, 0.316, 0.1, ...; with L = 40, 2 pi / L = 0.157,
+    # so theta_0 and theta_1 rotate and theta_2..7 (0.1 * 40 = 4 < 2 pi) stay still.
+    module = scheme("rope", d_model=16, num_heads=1, hope_train_length=40)
+    inverse = 10_000.0 ** (-2 * np.arange(8) / 16)
+    assert list(inverse * 40 >= 2 * np.pi) == [True, True] + [False] * 6
+    angles = module.rotation_angles(positions(0, 3, 100))[0]
+    np.testing.assert_allclose(angles[:, :2], np.outer([0, 3, 100], inverse[:2]), rtol=1e-6)
+    np.testing.assert_array_equal(angles[:, 2:], 0.0)
+    x = jax.random.normal(jax.random.key(2), (1, 3, 1, 16))
+    p = positions(0, 3, 100)
+    q, k = module.transform_qk(x, x, p, p, DECODER_SELF)
+    still = [2, 3, 4, 5, 6, 7, 10, 11, 12, 13, 14, 15]  # pairs (i, i + 8), i >= 2
+    np.testing.assert_allclose(q[..., still], x[..., still], rtol=1e-6)
+    assert not np.allclose(q[0, 1, 0, [0, 8]], x[0, 1, 0, [0, 8]])
+    # a longer training length keeps more frequencies: L = 100 also keeps theta_2 = 0.1
+    longer = scheme("rope", d_model=16, num_heads=1, hope_train_length=100)
+    assert int(np.sum(np.asarray(longer.rotation_angles(positions(1))) != 0)) == 3
+
+
 @pytest.mark.parametrize(("key", "value"), [("rotary_fraction", 0.0),
                                             ("rotary_fraction", 1.5),
                                             ("rotary_fraction", 0.05),
-                                            ("drop_lowest_frequencies", 1.0)])
+                                            ("drop_lowest_frequencies", 1.0),
+                                            ("hope_train_length", 6),
+                                            ("hope_train_length", 12.5)])
 def test_rope_options_out_of_range_are_config_errors(key, value):
     pe = {**default_pe_config("rope"), key: value}
     with pytest.raises(ConfigError, match=f"model.pe.{key}"):

@@ -16,10 +16,15 @@ the scheme acts inside this attention (``kind in scheme.acts_in``) two more term
 * ``bias``: the scheme's logit bias times sqrt(head_dim). The model adds the bias after the
   1/sqrt(head_dim) scale, so in the unscaled units of the other terms it weighs sqrt(head_dim) more.
 
-All terms are in unscaled dot-product units, and they sum to
-``q.k + sqrt(head_dim) * bias = sqrt(head_dim) * (the logits the softmax receives)``. A scheme that
-computes attention itself (the ``explicit_attention`` hook, e.g. CoPE) may add logit terms from
-the mask or the weights that no hook exposes; such layers carry a ``note`` saying so.
+* the scheme's own logit terms (its ``extra_logits`` hook) times sqrt(head_dim), for schemes
+  that compute attention themselves: FoX's ``forget_decay``, DAPE's ``dape_mlp``, CoPE's
+  ``cope_position``. The scheme builds its attention from the same hook.
+
+All terms are in unscaled dot-product units, and they sum to sqrt(head_dim) times the logits the
+softmax receives (before masking), for every scheme. PoPE's transformed queries and keys are
+twice as wide; its ``qk_transform`` is taken over that width, with the same 1/sqrt(head_dim).
+Shaw with value embeddings also adds a value term to the attention output, which is not a
+logit; such layers carry a ``note`` saying so.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from pe_research.analysis.streams import AttentionSite, trace_decoder, trace_enc
 from pe_research.analysis.vectors import HIGHEST, stack_name
 from pe_research.model import TokenModel
 from pe_research.model.single_stack import self_visible
+from pe_research.positional import SCHEMES
 from pe_research.positional.base import PositionalScheme
 
 ADDITIVE_TERMS = ("token_token", "token_position", "position_token", "position_position")
@@ -51,8 +57,17 @@ TERM_DESCRIPTIONS = {
             "bias are the other terms",
 }
 TERM_ORDER = (*ADDITIVE_TERMS, "content", "qk_transform", "bias")
-UNITS = ("unscaled dot-product units: the terms sum to q.k + sqrt(head_dim) * bias, i.e. "
-         "sqrt(head_dim) times the logits the softmax receives (before masking)")
+UNITS = ("unscaled dot-product units: the terms sum to sqrt(head_dim) times the logits the "
+         "softmax receives (before masking)")
+
+
+def term_description(name: str) -> str:
+    """What term ``name`` is: a generic term, or a scheme's own (``extra_logit_terms``)."""
+    if name in TERM_DESCRIPTIONS:
+        return TERM_DESCRIPTIONS[name]
+    own = {term: text for scheme in SCHEMES.values()
+           for term, text in scheme.extra_logit_terms.items()}
+    return own[name] + " x sqrt(head_dim)"
 
 
 def qk_logits(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array) -> jax.Array:
@@ -90,17 +105,15 @@ def attention_terms(site: AttentionSite) -> dict[str, jax.Array]:
         bias = scheme.logit_bias(q_moved, k_moved, site.positions, site.positions, kind)
         if bias is not None:
             terms["bias"] = bias.astype(jnp.float32) * math.sqrt(attention.head_dim)
+        own = scheme.extra_logits(q_moved, k_moved, bias, site.mask, site.positions,
+                                  site.positions, kind)
+        for name, values in own.items():
+            terms[name] = values.astype(jnp.float32) * math.sqrt(attention.head_dim)
     return terms
 
 
-def overrides_explicit_attention(scheme: PositionalScheme) -> bool:
-    """Whether the scheme may compute attention itself (and so add terms beyond q.k + bias)."""
-    return type(scheme).explicit_attention is not PositionalScheme.explicit_attention
-
-
-EXPLICIT_NOTE = ("the scheme computes attention itself (explicit_attention hook); logit terms "
-                 "it adds from the mask or the attention weights are not in these terms, which "
-                 "sum to q.k + sqrt(head_dim) * bias")
+VALUE_TERM_NOTE = ("the scheme also adds a value term to the attention output (Shaw's "
+                   "sum_j a_ij w^V[r_ij]); the logit terms are complete")
 
 
 def term_statistics(terms: dict[str, jax.Array], mask_BxTxS: jax.Array) -> dict[str, Any]:
@@ -132,29 +145,35 @@ def describe(terms: dict[str, Any]) -> str:
         shown = "four terms of (Xc+Xp) Wq Wk^T (Xc+Xp)^T"
     else:
         shown = "content term (the scheme adds no position vectors)"
-    extras = [name for name in ("qk_transform", "bias") if name in terms]
+    extras = [name for name in terms if name not in ("content", *ADDITIVE_TERMS)]
     return shown + ("" if not extras else " and the positional part: " + ", ".join(extras))
 
 
-def all_site_terms(model: TokenModel, source_BxS: jax.Array, target_input_BxT: jax.Array,
-                   source_positions_BxS: jax.Array, target_positions_BxT: jax.Array,
-                   source_mask_BxS: jax.Array, target_mask_BxT: jax.Array,
-                   ) -> list[tuple[dict[str, jax.Array], jax.Array]]:
-    """``(terms, mask)`` of every self-attention layer, encoder layers first, then decoder (a
-    single-stack model: its layers, over the joint sequence)."""
+def self_attention_sites(model: TokenModel, source_BxS: jax.Array, target_input_BxT: jax.Array,
+                         source_positions_BxS: jax.Array, target_positions_BxT: jax.Array,
+                         source_mask_BxS: jax.Array, target_mask_BxT: jax.Array,
+                         ) -> list[AttentionSite]:
+    """Every self-attention layer, encoder layers first, then decoder (a single-stack model: its
+    layers, over the joint sequence)."""
     if model.config.single_stack:
         tokens, positions, real = model.joint_inputs(
             source_BxS, model.target_side(target_input_BxT), source_positions_BxS,
             target_positions_BxT, source_mask_BxS, target_mask_BxT)
-        sites = trace_stack(model, tokens, positions, self_visible(real, model.causal),
-                            stack_name(model))
-        return [(attention_terms(site), site.mask) for site in sites]
+        return trace_stack(model, tokens, positions, self_visible(real, model.causal),
+                           stack_name(model))
     encoder_sites, encoded = trace_encoder(model, source_BxS, source_positions_BxS,
                                            source_mask_BxS)
     decoder_sites, _ = trace_decoder(model, target_input_BxT, target_positions_BxT,
                                      encoded.total, source_positions_BxS, source_mask_BxS,
                                      target_mask_BxT)
-    return [(attention_terms(site), site.mask) for site in encoder_sites + decoder_sites]
+    return encoder_sites + decoder_sites
+
+
+def all_site_terms(model: TokenModel, *inputs: jax.Array,
+                   ) -> list[tuple[dict[str, jax.Array], jax.Array]]:
+    """``(terms, mask)`` of every self-attention layer, in ``self_attention_sites`` order;
+    ``inputs`` as there (source, target input, their positions, their masks)."""
+    return [(attention_terms(site), site.mask) for site in self_attention_sites(model, *inputs)]
 
 
 # One compiled program per model structure and batch shape (eagerly, every op compiles apart).
@@ -204,15 +223,16 @@ def decompose(model: TokenModel, batch: dict[str, Any], example: int = 0, *,
     results = []
     for (stack, layer, attention, scheme), (terms, mask) in zip(site_layers(model), computed,
                                                                 strict=True):
-        terms = {name: np.asarray(terms[name]) for name in TERM_ORDER if name in terms}
+        order = [*(n for n in TERM_ORDER if n in terms), *(n for n in terms if n not in TERM_ORDER)]
+        terms = {name: np.asarray(terms[name]) for name in order}
         mask, (start, end) = np.asarray(mask), windows[stack]
-        explicit = attention.kind in scheme.acts_in and overrides_explicit_attention(scheme)
+        value_term = attention.kind in scheme.acts_in and scheme.adds_value_term
         results.append({
             "name": f"{stack}_self/layer_{layer}",
             "stack": stack,
             "layer": layer,
             "shown": describe(terms),
-            "note": EXPLICIT_NOTE if explicit else "",
+            "note": VALUE_TERM_NOTE if value_term else "",
             "terms": list(terms),
             "statistics": term_statistics(terms, mask),
             "example": {name: t[example, :, start:end, start:end] for name, t in terms.items()},

@@ -19,7 +19,7 @@ from flax import nnx
 from matplotlib.figure import Figure
 
 from pe_research.analysis import figures
-from pe_research.analysis.decomposition import TERM_DESCRIPTIONS, UNITS, decompose
+from pe_research.analysis.decomposition import UNITS, decompose, term_description
 from pe_research.analysis.embedding_file import check_matrix, check_vector, read_arrays
 from pe_research.analysis.geometry import DEFAULT_OFFSET, effective_offset, norm_profile
 from pe_research.analysis.orthogonality import token_position_orthogonality
@@ -138,7 +138,7 @@ def decomposition_report(sites: list[dict[str, Any]], title: str = "") -> Report
     report = Report()
     report.results["decomposition"] = {
         "units": UNITS,
-        "terms": {name: TERM_DESCRIPTIONS[name] for s in sites for name in s["terms"]},
+        "terms": {name: term_description(name) for s in sites for name in s["terms"]},
         "sites": [{key: s[key] for key in ("name", "stack", "layer", "shown", "note",
                                            "terms", "statistics")} for s in sites],
     }

@@ -8,6 +8,10 @@ A scheme is an NNX module. The model calls its hooks and knows nothing else abou
 4. ``explicit_attention(q, k, v, bias, mask, q_positions, k_positions, kind)`` -> ``[B, Tq, H, D]``
    or ``None`` (default): only for schemes that need the mask or the attention weights; None
    keeps the fused ``jax.nn.dot_product_attention``.
+5. ``extra_logits(q, k, bias, mask, q_positions, k_positions, kind)`` -> ``{name: [B, H, Tq, Tk]}``:
+   the logit terms that ``explicit_attention`` adds to ``q.k / sqrt(D) + bias``, named in
+   ``extra_logit_terms``. The scheme's own attention is built from them, and the attention
+   decomposition (``analysis/decomposition.py``) shows them, so the two cannot disagree.
 
 Schemes declare the attention kinds they act in (``acts_in``); the model never calls hooks 2
 to 4 for a kind outside it, so every scheme can assume the kind it receives is one it handles.
@@ -56,6 +60,10 @@ class PositionalScheme(nnx.Module):
     # True when shifting every position by a constant changes no output (the contract tests
     # check it for every scheme that says so).
     relative: ClassVar[bool] = False
+    # Name -> description of each logit term ``extra_logits`` returns (none by default).
+    extra_logit_terms: ClassVar[dict[str, str]] = {}
+    # True when ``explicit_attention`` adds to the output a term beyond softmax(logits) . v.
+    adds_value_term: ClassVar[bool] = False
 
     def __init__(self, pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs):
         self.d_model = d_model
@@ -114,6 +122,26 @@ class PositionalScheme(nnx.Module):
     ) -> jax.Array | None:
         """The attention output ``[B, T, H, D]`` computed by the scheme, or None (fused path)."""
         return None
+
+    @property
+    def uses_fused_attention(self) -> bool:
+        """Whether attention where the scheme acts runs on ``jax.nn.dot_product_attention`` with
+        the model's implementation (cuDNN when requested), not on ``explicit_attention``."""
+        return type(self).explicit_attention is PositionalScheme.explicit_attention
+
+    def extra_logits(
+        self,
+        q_BxTxHxD: jax.Array,
+        k_BxSxHxD: jax.Array,
+        bias_BxHxTxS: jax.Array | None,
+        mask_BxTxS: jax.Array,
+        q_positions_BxT: jax.Array,
+        k_positions_BxS: jax.Array,
+        kind: AttentionKind,
+    ) -> dict[str, jax.Array]:
+        """Logit terms ``{name: [B, H, T, S]}`` (float32, in softmax units) that the scheme's
+        attention adds to ``q.k / sqrt(D) + bias``; empty by default."""
+        return {}
 
 
 def require(condition: bool, key: str, value: object, valid: str) -> None:

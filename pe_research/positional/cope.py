@@ -62,6 +62,8 @@ class CoPE(PositionalScheme):
     relative = True
     shared_across_layers = False
     consumes_positions: ClassVar[bool] = False
+    extra_logit_terms: ClassVar[dict[str, str]] = {
+        "cope_position": "CoPE's position logit q_i . e[p_ij] / sqrt(D), p_ij counted by gates"}
 
     def __init__(self, pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs):
         super().__init__(pe, d_model=d_model, num_heads=num_heads, rngs=rngs)
@@ -77,15 +79,20 @@ class CoPE(PositionalScheme):
         require(isinstance(pe["npos_max"], int) and pe["npos_max"] >= 2, "model.pe.npos_max",
                 pe["npos_max"], "an integer >= 2 (the largest counted position + 1)")
 
+    def extra_logits(self, q_BxTxHxD, k_BxSxHxD, bias_BxHxTxS, mask_BxTxS, q_positions_BxT,
+                     k_positions_BxS, kind):
+        positions = cope_positions(scaled_logits(q_BxTxHxD, k_BxSxHxD), mask_BxTxS, self.npos_max)
+        scale = self.head_dim ** -0.5  # the authors divide the position logit by sqrt(D) too
+        return {"cope_position": scale * cope_logits(q_BxTxHxD, self.table[...], positions)}
+
     def explicit_attention(self, q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias_BxHxTxS, mask_BxTxS,
                            q_positions_BxT, k_positions_BxS, kind: AttentionKind):
         if kind is not DECODER_SELF:
             raise ConfigError("model.pe.type", self.name,
                               f"cope acts only in causal decoder self-attention, not {kind.value}")
-        logits = scaled_logits(q_BxTxHxD, k_BxSxHxD)
-        positions = cope_positions(logits, mask_BxTxS, self.npos_max)
-        scale = self.head_dim ** -0.5  # the authors divide the position logit by sqrt(D) too
-        logits = logits + scale * cope_logits(q_BxTxHxD, self.table[...], positions)
+        logits = scaled_logits(q_BxTxHxD, k_BxSxHxD) + self.extra_logits(
+            q_BxTxHxD, k_BxSxHxD, bias_BxHxTxS, mask_BxTxS, q_positions_BxT, k_positions_BxS,
+            kind)["cope_position"]
         if bias_BxHxTxS is not None:
             logits = logits + bias_BxHxTxS
         probs = masked_softmax(logits, mask_BxTxS)

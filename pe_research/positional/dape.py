@@ -52,13 +52,20 @@ def torch_linear(fan_in: int, fan_out: int, rngs: nnx.Rngs) -> nnx.Linear:
     return nnx.Linear(fan_in, fan_out, kernel_init=kernel_init, bias_init=bias_init, rngs=rngs)
 
 
-def dape_logits(logits_BxHxTxS: jax.Array, bias_BxHxTxS: jax.Array, hidden: nnx.Linear,
-                out: nnx.Linear) -> jax.Array:
-    """``logits + bias + MLP([logits; bias])`` over the head axis, float32 ``[B, H, T, S]``."""
+def dape_correction(logits_BxHxTxS: jax.Array, bias_BxHxTxS: jax.Array, hidden: nnx.Linear,
+                    out: nnx.Linear) -> jax.Array:
+    """``MLP([logits; bias])`` over the head axis, float32 ``[B, H, T, S]``."""
     bias_BxHxTxS = jnp.broadcast_to(bias_BxHxTxS, logits_BxHxTxS.shape)  # a batch-1 base bias
     features = jnp.concatenate([logits_BxHxTxS, bias_BxHxTxS], axis=1)  # [B, 2H, T, S]
     h = jax.nn.leaky_relu(hidden(jnp.moveaxis(features, 1, -1)), negative_slope=0.01)
-    return logits_BxHxTxS + bias_BxHxTxS + jnp.moveaxis(out(h), -1, 1)
+    return jnp.moveaxis(out(h), -1, 1)
+
+
+def dape_logits(logits_BxHxTxS: jax.Array, bias_BxHxTxS: jax.Array, hidden: nnx.Linear,
+                out: nnx.Linear) -> jax.Array:
+    """``logits + bias + MLP([logits; bias])`` over the head axis, float32 ``[B, H, T, S]``."""
+    return (logits_BxHxTxS + bias_BxHxTxS
+            + dape_correction(logits_BxHxTxS, bias_BxHxTxS, hidden, out))
 
 
 class Dape(PositionalScheme):
@@ -68,6 +75,7 @@ class Dape(PositionalScheme):
     acts_in = SELF_ATTENTION  # where every allowed base acts
     relative = True  # every allowed base is relative, and the MLP reads only logits and bias
     shared_across_layers = False
+    extra_logit_terms = {"dape_mlp": "DAPE's correction: MLP([q.k / sqrt(D); bias]) across heads"}
 
     def __init__(self, pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs):
         super().__init__(pe, d_model=d_model, num_heads=num_heads, rngs=rngs)
@@ -92,9 +100,15 @@ class Dape(PositionalScheme):
     def logit_bias(self, q_BxTxHxD, k_BxSxHxD, q_positions_BxT, k_positions_BxS, kind):
         return self.base.logit_bias(q_BxTxHxD, k_BxSxHxD, q_positions_BxT, k_positions_BxS, kind)
 
+    def extra_logits(self, q_BxTxHxD, k_BxSxHxD, bias_BxHxTxS, mask_BxTxS, q_positions_BxT,
+                     k_positions_BxS, kind):
+        logits = scaled_logits(q_BxTxHxD, k_BxSxHxD)
+        return {"dape_mlp": dape_correction(logits, bias_BxHxTxS, self.hidden, self.out)}
+
     def explicit_attention(self, q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias_BxHxTxS, mask_BxTxS,
                            q_positions_BxT, k_positions_BxS, kind):
-        logits = dape_logits(scaled_logits(q_BxTxHxD, k_BxSxHxD), bias_BxHxTxS, self.hidden,
-                             self.out)
+        correction = self.extra_logits(q_BxTxHxD, k_BxSxHxD, bias_BxHxTxS, mask_BxTxS,
+                                       q_positions_BxT, k_positions_BxS, kind)["dape_mlp"]
+        logits = scaled_logits(q_BxTxHxD, k_BxSxHxD) + bias_BxHxTxS + correction
         probs = masked_softmax(logits, mask_BxTxS)
         return weighted_values(probs, v_BxSxHxD).astype(q_BxTxHxD.dtype)

@@ -15,8 +15,10 @@ projection, w_h . (W_k x_t) with all heads' keys concatenated, so that the decod
 holds keys, also holds everything the gate needs. With a square W_k (d_model = heads x head
 size) that spans the same gates as w_h . x_t.
 
-c_i sums the keys visible to query i (the attention mask), and c_j is the cumulative sum up to
-key j, so padding and the empty slots of a decoding cache never enter. The bias is added to the
+Each row's real keys are contiguous and a query's last visible key is itself, so for every
+visible key the bias is c at the query's last visible key minus c_j, exactly the sum above:
+padding (before the tokens in a single-stack model, after them otherwise) and the empty slots of
+a decoding cache never enter, not even as a constant per row. The bias is added to the
 fused attention kernel. Acts in: decoder self-attention only (it is causal); an encoder-only
 model has none and is refused.
 """
@@ -34,14 +36,18 @@ from pe_research.positional.base import DECODER_SELF, PositionalScheme, require
 
 
 def forget_bias(log_forget_BxSxH: jax.Array, mask_BxTxS: jax.Array) -> jax.Array:
-    """``bias[b, h, i, j] = sum_{l visible to i, l > j} log f_l``, float32 ``[B, H, T, S]``.
+    """``bias[b, h, i, j] = sum_{l = j+1 .. i} log f_l`` for visible keys j, float32
+    ``[B, H, T, S]`` (other entries are masked and arbitrary).
 
-    Keys are in causal order along S, so the keys visible to query i are a prefix of it.
+    Keys are in causal order along S, each row's real keys are contiguous, and query i's last
+    visible key is i itself.
     """
-    log_forget = log_forget_BxSxH.astype(jnp.float32)
-    through_key = jnp.cumsum(log_forget, axis=1)  # c_j  [B, S, H]
-    through_query = jnp.einsum("bts,bsh->bht", mask_BxTxS.astype(jnp.float32), log_forget)
-    return through_query[..., None] - jnp.moveaxis(through_key, -1, 1)[:, :, None, :]
+    through_key = jnp.cumsum(log_forget_BxSxH.astype(jnp.float32), axis=1)  # c_j  [B, S, H]
+    keys = jnp.arange(mask_BxTxS.shape[-1])
+    last = jnp.max(jnp.where(mask_BxTxS, keys, 0), axis=-1)  # [B, T]: the query's own slot
+    through_query = jnp.take_along_axis(through_key, last[..., None], axis=1)  # [B, T, H]
+    return (jnp.moveaxis(through_query, -1, 1)[..., None]
+            - jnp.moveaxis(through_key, -1, 1)[:, :, None, :])
 
 
 class Fox(PositionalScheme):
@@ -52,6 +58,8 @@ class Fox(PositionalScheme):
     relative = True  # the bias depends on the order of tokens, never on position values
     shared_across_layers = False
     consumes_positions = False
+    extra_logit_terms = {"forget_decay": "FoX's decay: sum of log forget gates between key and "
+                                         "query (c_i - c_j)"}
 
     def __init__(self, pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs):
         super().__init__(pe, d_model=d_model, num_heads=num_heads, rngs=rngs)
@@ -73,9 +81,14 @@ class Fox(PositionalScheme):
         flat = k_BxSxHxD.reshape(*k_BxSxHxD.shape[:2], -1).astype(jnp.float32)
         return jax.nn.log_sigmoid(self.gate(flat))
 
+    def extra_logits(self, q_BxTxHxD, k_BxSxHxD, bias_BxHxTxS, mask_BxTxS, q_positions_BxT,
+                     k_positions_BxS, kind):
+        return {"forget_decay": forget_bias(self.log_forget(k_BxSxHxD), mask_BxTxS)}
+
     def explicit_attention(self, q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias_BxHxTxS, mask_BxTxS,
                            q_positions_BxT, k_positions_BxS, kind):
-        bias = forget_bias(self.log_forget(k_BxSxHxD), mask_BxTxS)
+        bias = self.extra_logits(q_BxTxHxD, k_BxSxHxD, bias_BxHxTxS, mask_BxTxS, q_positions_BxT,
+                                 k_positions_BxS, kind)["forget_decay"]
         if bias_BxHxTxS is not None:
             bias = bias + bias_BxHxTxS
         return jax.nn.dot_product_attention(q_BxTxHxD, k_BxSxHxD, v_BxSxHxD,

@@ -8,7 +8,7 @@ so q_m . k_n depends on m - n only. Acts in: encoder self and decoder self atten
 ``model.pe.scaling`` selects a test-time frequency scaling (PI, NTK-aware, YaRN) for evaluating
 beyond the trained length; see ``rope_scaling`` for the formulas. The default is ``none``.
 
-Two options restrict the rotation (defaults: full RoPE):
+Three options restrict the rotation (defaults: full RoPE):
 
 - ``rotary_fraction`` r: partial RoPE (GPT-J / GPT-NeoX ``rotary_pct``; x-transformers'
   ``rotary_emb_dim``). Only the first R = 2 round(r D / 2) channels of each head rotate, with
@@ -17,10 +17,19 @@ Two options restrict the rotation (defaults: full RoPE):
   Rotary Positional Encodings useful?", ICLR). The floor(f R / 2) lowest frequencies are set to
   zero, so those channel pairs are not rotated and stay free for content; the paper's p, the
   fraction of frequencies kept, is 1 - f.
+- ``hope_train_length`` L: HoPE (Chen et al. 2025, "HoPE: A Novel Positional Encoding Without
+  Long-Term Decay for Enhanced Context Awareness and Extrapolation", ACL, arXiv 2410.21216). A
+  frequency theta_i that does not complete one period over the training length,
+  theta_i L < 2 pi, is set to zero, so its channel pair is position-independent and only the
+  high-frequency pairs rotate. The abstract states the method ("replaces the specific
+  components in RoPE with position-independent ones, retaining only high-frequency signals");
+  the threshold theta_i >= 2 pi / L is the split as implementations of HoPE state it. The
+  authors' code was not found to check it against. 0 (the default) turns HoPE off.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -74,6 +83,11 @@ def drop_lowest(angles: jax.Array, fraction: float) -> jax.Array:
     return jnp.where(keep, angles, 0.0)
 
 
+def hope_keeps(inverse_wavelengths: jax.Array, train_length: int) -> jax.Array:
+    """Which frequencies ``[R/2]`` HoPE keeps: those completing a period in ``train_length``."""
+    return inverse_wavelengths * train_length >= 2 * math.pi
+
+
 def rotate_part(x: jax.Array, angles: jax.Array) -> jax.Array:
     """Rotate the first ``2 * angles.shape[-1]`` channels of ``x [..., T, H, D]``; keep the rest."""
     width = 2 * angles.shape[-1]
@@ -95,11 +109,12 @@ class RoPE(PositionalScheme):
         self.scaling = RopeScaling.from_mapping(pe.get("scaling"))
         self.rotated = rotated_width(self.head_dim, float(pe.get("rotary_fraction", 1.0)))
         self.dropped = float(pe.get("drop_lowest_frequencies", 0.0))
+        self.hope_train_length = int(pe.get("hope_train_length", 0))
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:
         return {"max_wavelength": 10_000.0, "scaling": dict(DEFAULT_SCALING),
-                "rotary_fraction": 1.0, "drop_lowest_frequencies": 0.0}
+                "rotary_fraction": 1.0, "drop_lowest_frequencies": 0.0, "hope_train_length": 0}
 
     @classmethod
     def check_config(cls, pe: Mapping[str, Any], *, d_model: int, num_heads: int) -> None:
@@ -122,6 +137,11 @@ class RoPE(PositionalScheme):
         require(isinstance(dropped, int | float) and 0 <= dropped < 1,
                 "model.pe.drop_lowest_frequencies", dropped,
                 "a fraction in [0, 1) of the lowest frequencies to stop rotating (p-RoPE)")
+        train_length = pe.get("hope_train_length", 0)
+        require(isinstance(train_length, int) and (train_length == 0 or train_length >= 7),
+                "model.pe.hope_train_length", train_length,
+                "0 (HoPE off) or the training length in positions, at least 7 (below 2 pi no "
+                "RoPE frequency completes a period and nothing would rotate)")
 
     def rotation_angles(self, positions: jax.Array) -> jax.Array:
         """Angles ``[B, T, R/2]`` from the (possibly scaled) frequencies of an R-wide RoPE."""
@@ -130,6 +150,9 @@ class RoPE(PositionalScheme):
         else:
             theta = scaled_inverse_wavelengths(self.rotated, self.max_wavelength, self.scaling)
             angles = jnp.asarray(positions, jnp.float32)[..., None] * theta
+        if self.hope_train_length:
+            inverse = rope_angles(jnp.ones(()), self.rotated, self.max_wavelength)
+            angles = jnp.where(hope_keeps(inverse, self.hope_train_length), angles, 0.0)
         return drop_lowest(angles, self.dropped) if self.dropped else angles
 
     def transform_qk(self, q_BxTxHxD, k_BxSxHxD, q_positions_BxT, k_positions_BxS, kind):

@@ -70,6 +70,16 @@ class Shaw(PositionalScheme):
     relative = True
     shared_across_layers = False
 
+    @property
+    def adds_value_term(self) -> bool:  # type: ignore[override]
+        """With value embeddings the output gains sum_j a_ij w^V[r_ij]."""
+        return self.value_table is not None
+
+    @property
+    def uses_fused_attention(self) -> bool:
+        """Keys alone keep the fused kernel; the value term needs the weights."""
+        return self.value_table is None
+
     def __init__(self, pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs):
         super().__init__(pe, d_model=d_model, num_heads=num_heads, rngs=rngs)
         self.max_relative_position = int(pe["max_relative_position"])
