@@ -91,11 +91,18 @@ def main() -> None:
     parser.add_argument("--skip-per-length", action="store_true",
                         help="leave out the (slow) one-compile-per-length reference")
     args = parser.parse_args()
-    run_dir = args.run_dir
-    if run_dir is None:
-        run_dir = Path(tempfile.mkdtemp(prefix="eval_speed_")) / "tiny"
+    if args.run_dir is not None:
+        report(args, Path(args.run_dir))
+        return
+    with tempfile.TemporaryDirectory(prefix="eval_speed_") as scratch:  # removed afterwards
+        run_dir = Path(scratch) / "tiny"
         print(f"training a tiny run in {run_dir} ...", flush=True)
         train(load_config(REPO / "configs" / "default.py", TINY), run_dir)
+        report(args, run_dir)
+
+
+def report(args: argparse.Namespace, run_dir: Path) -> None:
+    """Time range eval per bucket and per length, and cached vs naive decoding, on ``run_dir``."""
     lengths = tuple(range(1, args.max_length + 1))
     buckets = power_of_two_buckets(args.max_length + 1)
     run = load_run(run_dir, args.step, [f"--config.data.buckets={buckets}",
