@@ -19,7 +19,7 @@ from pe_research.positional import (
     default_pe_config,
     sinusoidal,
 )
-from pe_research.positional.dape import dape_logits
+from pe_research.positional.dape import dape_correction
 from pe_research.positional.fox import forget_bias
 from pe_research.positional.rope import rotate
 
@@ -205,8 +205,8 @@ def test_dape_adds_an_mlp_of_logits_and_bias_to_both():
     h = np.where(h > 0, h, 0.01 * h)
     mlp = h @ np.asarray(module.out.kernel[...]) + np.asarray(module.out.bias[...])
     expected = np.asarray(logits) + np.asarray(bias) + np.moveaxis(mlp, -1, 1)
-    np.testing.assert_allclose(dape_logits(logits, bias, module.hidden, module.out), expected,
-                               rtol=1e-5, atol=1e-6)
+    dape_logits = logits + bias + dape_correction(logits, bias, module.hidden, module.out)
+    np.testing.assert_allclose(dape_logits, expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(bias[0, 0, 2], [-2 * 2 ** -4, -(2 ** -4), 0.0], rtol=1e-6)
 
 

@@ -61,13 +61,6 @@ def dape_correction(logits_BxHxTxS: jax.Array, bias_BxHxTxS: jax.Array, hidden: 
     return jnp.moveaxis(out(h), -1, 1)
 
 
-def dape_logits(logits_BxHxTxS: jax.Array, bias_BxHxTxS: jax.Array, hidden: nnx.Linear,
-                out: nnx.Linear) -> jax.Array:
-    """``logits + bias + MLP([logits; bias])`` over the head axis, float32 ``[B, H, T, S]``."""
-    return (logits_BxHxTxS + bias_BxHxTxS
-            + dape_correction(logits_BxHxTxS, bias_BxHxTxS, hidden, out))
-
-
 class Dape(PositionalScheme):
     """A base bias scheme plus a per-layer logits-and-bias MLP."""
 
