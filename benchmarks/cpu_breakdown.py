@@ -1,4 +1,4 @@
-"""Where a CPU train step goes: the GEMM floor, forward, backward, optimizer, host.
+"""Where a CPU train step goes: the GEMM floor, forward, backward, optimizer, steps per call.
 
     python benchmarks/cpu_breakdown.py                    # d_model 256, 4+4 layers, batch 64
     python benchmarks/cpu_breakdown.py --config.model.d_model=64 --config.model.d_ff=128
@@ -12,8 +12,9 @@ nothing is padding), RoPE. Printed, each the median of 5 blocks after warm-up:
    Run ``benchmarks/torch_reference.py`` with a PyTorch interpreter for the same products in
    ``torch``.
 2. The step, split: forward (loss only), forward + backward (``value_and_grad``), the optimizer
-   update alone, the whole train step, and the host's share (the step's wall time minus the
-   device's, from dispatching an already-computed batch).
+   update alone, the whole train step one per call, and per step with ``--steps-per-call``
+   steps in one call (``train.steps_per_call``; XLA maps the program's temporaries afresh for
+   every call, so fewer calls fault in less memory).
 """
 
 from __future__ import annotations
@@ -97,8 +98,9 @@ def gemm_floor(matmuls) -> None:
           f"{total['numpy'] * 1e3:.1f} ms (x3 for forward + backward)\n")
 
 
-def step_parts(config) -> None:
-    """Forward, forward + backward, optimizer update, whole step and host share, in ms."""
+def step_parts(config, steps_per_call: int) -> None:
+    """Forward, forward + backward, optimizer update, whole step (one per call and
+    ``steps_per_call`` per call, ``train.steps_per_call``), in ms per step."""
     task = get_task(config.task.to_dict(), config.data.to_dict())
     model = build_model(config, task.vocabulary.size)
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
@@ -123,22 +125,33 @@ def step_parts(config) -> None:
                                                              batch, 0)
         return metrics
 
+    def train_call():
+        state["params"], state["opt"], metrics = steps.train_many(
+            state["params"], state["opt"], [batch] * steps_per_call, 0)
+        return metrics
+
     tokens = batch["source"].size + batch["target_input"].size
     parts = {"forward (loss)": median_seconds(lambda: forward_only(params)),
              "forward + backward": median_seconds(lambda: backward(params)),
              "optimizer update": median_seconds(lambda: update(grads, opt_state, params)),
-             "train step (all of it)": median_seconds(train_step)}
+             "train step (all of it)": median_seconds(train_step),
+             f"train step, {steps_per_call} per call": median_seconds(
+                 train_call, repeats=max(1, 10 // steps_per_call)) / steps_per_call}
     print("| part | ms | share of the step |")
     print("|---|---:|---:|")
     whole = parts["train step (all of it)"]
     for name, seconds in parts.items():
         print(f"| {name} | {seconds * 1e3:.1f} | {seconds / whole:.0%} |")
-    print(f"\ntrain step: {tokens / whole:,.0f} tokens/s ({tokens} tokens per step)")
+    grouped = parts[f"train step, {steps_per_call} per call"]
+    print(f"\ntrain step: {tokens / whole:,.0f} tokens/s ({tokens} tokens per step); "
+          f"{steps_per_call} per call: {tokens / grouped:,.0f} tokens/s")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-floor", action="store_true")
+    parser.add_argument("--steps-per-call", type=int, default=10,
+                        help="train steps per jitted call for the last row (default 10)")
     overrides, rest = collect_overrides(sys.argv[1:])
     args = parser.parse_args(rest)
     config = load_config(REPO / "configs" / "default.py", [*SHAPE, *overrides])
@@ -148,7 +161,7 @@ def main() -> None:
           f"{config.data.batch_size}\n")
     if not args.skip_floor:
         gemm_floor(step_matmuls(config, 64, 72, config.data.batch_size))
-    step_parts(config)
+    step_parts(config, args.steps_per_call)
 
 
 if __name__ == "__main__":

@@ -149,6 +149,21 @@ def train_target_width(task: Task, train_lengths: tuple[int, int], buckets: tupl
     return max((t for s, t in natural.values() if s <= source_width), default=0)
 
 
+def train_shapes(task: Task, data_cfg: Mapping[str, Any]) -> set[tuple[int, int]]:
+    """Every (source width, target width) a training batch of ``data_cfg`` can be padded to."""
+    lengths, buckets = tuple(data_cfg["train_lengths"]), tuple(data_cfg["buckets"])
+    low, high = check_length_range(lengths)
+    shapes = set()
+    for n in range(low, high + 1):
+        source, target = task.train_widest([n])
+        if source:
+            source_width = bucket_length(source, buckets)
+            shapes.add((source_width,
+                        max(bucket_length(target + 1, buckets),
+                            train_target_width(task, lengths, buckets, source_width))))
+    return shapes
+
+
 def eval_fingerprint(task: Task, lengths: Sequence[int] | None, samples_per_length: int,
                      seed: int) -> str:
     """Hash of everything that decides an eval set's examples."""

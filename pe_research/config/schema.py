@@ -44,6 +44,7 @@ BLOCK_DEFAULTS: dict[str, dict[str, Any]] = {
         "keep_checkpoints": 2,  # latest K, plus the best by best_metric
         "best_metric": "eval/sequence_accuracy",  # '' (or eval_every 0): keep only the latest
         "eval_lengths": (),  # longer task lengths evaluated during training
+        "steps_per_call": 0,  # train steps per jitted call (0: the largest divisor up to 10)
     },
     "eval": {
         "lengths": (),  # task lengths for `pe-research eval`

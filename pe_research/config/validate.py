@@ -19,13 +19,14 @@ from pe_research.config.schema import (
     WANDB_MODES,
     default_task_block,
 )
-from pe_research.data import bucket_length, check_data_block, check_data_config
+from pe_research.data import bucket_length, check_data_block, check_data_config, train_shapes
 from pe_research.errors import ConfigError, check_choice
 from pe_research.evaluation.metrics import get_metric, training_metrics
 from pe_research.model.config import ModelConfig
 from pe_research.positional.randomize import check_randomize
 from pe_research.positional.registry import scheme_class
 from pe_research.tasks import Task, get_task
+from pe_research.training.steps_per_call import check_steps_per_call
 
 
 def best_metric_choices(train_cfg: Mapping[str, Any]) -> list[str]:
@@ -98,7 +99,7 @@ def _at_least(key: str, value: float, minimum: float) -> None:
 def _check_train(train: Mapping[str, Any]) -> None:
     for key in ("steps", "log_every", "checkpoint_every", "keep_checkpoints", "eval_batches"):
         _at_least(f"train.{key}", train[key], 1)
-    for key in ("warmup_steps", "eval_every", "weight_decay", "clip_norm"):
+    for key in ("warmup_steps", "eval_every", "weight_decay", "clip_norm", "steps_per_call"):
         _at_least(f"train.{key}", train[key], 0)
     if not train["learning_rate"] > 0:
         raise ConfigError("train.learning_rate", train["learning_rate"], "must be > 0")
@@ -163,3 +164,4 @@ def _check_lengths(config: ml_collections.ConfigDict, task: Task) -> None:
     pe = config.model.pe.to_dict()
     scheme_class(pe["type"]).check_positions(pe, padded)
     check_randomize(pe, longest)
+    check_steps_per_call(config.train, len(train_shapes(task, config.data.to_dict())))

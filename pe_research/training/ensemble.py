@@ -48,6 +48,7 @@ from pe_research.training.optimizer import make_optimizer
 from pe_research.training.periodic_eval import PeriodicEvaluator
 from pe_research.training.step_loop import MemberRun, StepLoop, all_finite
 from pe_research.training.steps import make_ensemble_steps, make_steps
+from pe_research.training.steps_per_call import steps_per_call
 
 # What may differ between the members of one ensemble (everything else is shared).
 MEMBER_KEYS = ("seed", "train.learning_rate", "wandb.name")
@@ -189,7 +190,9 @@ def _train_locked(configs, run_dirs, tasks, changes, mesh, eval_mesh,
         return jax.device_put(jax.tree.map(lambda leaf: leaf[k], tree), on_eval_mesh)
 
     loop = StepLoop(members, steps, batch, member_state=member_state,
-                    stacked_finite=jax.jit(jax.vmap(all_finite)))
+                    stacked_finite=jax.jit(jax.vmap(all_finite)),
+                    steps_per_call=steps_per_call(configs[0].train, len(
+                        data.train_shapes(tasks[0], configs[0].data.to_dict()))))
     loop.run(params, opt_state, start)
     return EnsembleResult(run_dirs=list(run_dirs), records=[m.record for m in members],
                           diverged={m.run_dir: m.diverged for m in members if m.diverged},

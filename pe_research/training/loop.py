@@ -38,12 +38,13 @@ from pe_research.runs.tracking import make_writer
 from pe_research.training.periodic_eval import PeriodicEvaluator
 from pe_research.training.step_loop import MemberRun, StepLoop
 from pe_research.training.steps import initial_train_state
+from pe_research.training.steps_per_call import steps_per_call
 
 # Keys that may change when an existing run directory is trained further. The learning rate
 # and clipping may change so that a diverged run can go on from its last good checkpoint.
 RESUMABLE_CHANGES = ("train.steps", "train.log_every", "train.eval_every",
                      "train.checkpoint_every", "train.learning_rate", "train.clip_norm",
-                     "data.prefetch", "wandb.")
+                     "train.steps_per_call", "data.prefetch", "wandb.")
 # Resumable changes that alter the trained model and are recorded in config.json's history.
 RECORDED_CHANGES = ("train.steps", "train.learning_rate", "train.clip_norm")
 
@@ -166,7 +167,8 @@ def _train_locked(config: ml_collections.ConfigDict, run_dir: Path, task: Any, m
                                  jax.process_index(), jax.process_count())
         return data.global_batch(local, mesh)
 
-    loop = StepLoop([member], steps, batch)
+    loop = StepLoop([member], steps, batch, steps_per_call=steps_per_call(
+        config.train, len(data.train_shapes(task, config.data.to_dict()))))
     try:
         params, opt_state = loop.run(params, opt_state, start)
     finally:

@@ -1,9 +1,11 @@
 """The step loop shared by a single run and an ensemble: metric windows, logging, evaluation,
 finiteness checks and checkpoints per member (``MemberRun``), steps and progress (``StepLoop``).
 
-Step N is dispatched before step N-1's metrics are read, so the host prepares the next batch while
-the device works. NaN/Inf in the loss, the gradient norm or the state about to be saved stops a
-member before any checkpoint of that step is written.
+Steps run ``steps_per_call`` at a time, one jitted call each (``train.steps_per_call``). A call
+is dispatched before the previous call's metrics are read, so the host prepares the next batches
+while the device works. NaN/Inf in the loss, the gradient norm or the state about to be saved
+stops a member before any checkpoint of that step is written: checkpoints are written between
+calls, after every step's metrics up to them have been read.
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ def all_finite(tree: Any) -> jax.Array:
     leaves = [jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(tree)
               if jnp.issubdtype(leaf.dtype, jnp.inexact)]
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+
+
+def shapes(batch: Mapping[str, Any]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The shape of every array of a batch, by key."""
+    return tuple(sorted((key, tuple(value.shape)) for key, value in batch.items()))
 
 
 class MemberRun:
@@ -122,14 +129,16 @@ class StepLoop:
     """The step loop over one run, or over an ensemble's members (``stacked``).
 
     ``batch(data_step)`` gives the global batch (member-stacked for an ensemble);
-    ``member_state(tree, k)`` takes member k's part of stacked state. A single run stops with
-    ``DivergedError`` on NaN/Inf; an ensemble stops only the member that diverged, and raises
-    once every member has.
+    ``member_state(tree, k)`` takes member k's part of stacked state; ``steps_per_call`` steps
+    run per call (``steps.train_many``) wherever a call starts on a multiple of it. A single
+    run stops with ``DivergedError`` on NaN/Inf; an ensemble stops only the member that
+    diverged, and raises once every member has.
     """
 
     def __init__(self, members: list[MemberRun], steps: Any, batch: Any, *,
-                 member_state: Any = None, stacked_finite: Any = None):
+                 member_state: Any = None, stacked_finite: Any = None, steps_per_call: int = 1):
         self.members, self.steps, self.batch = members, steps, batch
+        self.steps_per_call = steps_per_call
         self.stacked = member_state is not None
         self.member_state = member_state or (lambda tree, k: tree)
         self.stacked_finite = stacked_finite
@@ -148,14 +157,22 @@ class StepLoop:
         if not self.live():
             raise DivergedError(f"every member of the ensemble diverged; {member.diverged}")
 
-    def read(self, step: int, metrics: dict[str, jax.Array]) -> None:
-        """Bring step ``step``'s metrics to the host; stop members on NaN/Inf."""
-        values = {key: np.asarray(to_host(value), np.float64).reshape(-1)
+    def read(self, first: int, count: int, metrics: dict[str, jax.Array]) -> None:
+        """Bring the metrics of steps ``first .. first + count - 1`` to the host (leading axis
+        ``[count]`` when ``count`` > 1); stop members on NaN/Inf."""
+        values = {key: np.asarray(to_host(value), np.float64).reshape(count, -1)
                   for key, value in metrics.items()}
-        for k, member in self.live():
-            if not member.add(step, {key: float(v[k]) for key, v in values.items()}):
-                self.stop(member)
-        self.timed_steps += 1
+        for index in range(count):
+            for k, member in self.live():
+                if not member.add(first + index,
+                                  {key: float(v[index, k]) for key, v in values.items()}):
+                    self.stop(member)
+            self.timed_steps += 1
+
+    def call_length(self, done: int, total: int) -> int:
+        """Steps the next call runs after ``done`` of ``total``: ``steps_per_call`` when aligned."""
+        k = self.steps_per_call
+        return k if k > 1 and done % k == 0 and done + k <= total else 1
 
     def run(self, params: Any, opt_state: Any, start: int) -> tuple[Any, Any]:
         depth = int(self.members[0].config.data.get("prefetch", 0))
@@ -166,15 +183,24 @@ class StepLoop:
         total = self.train_cfg.steps
         progress = tqdm(total=total, initial=start, desc="train", unit="step", smoothing=0.1,
                         disable=jax.process_index() != 0, dynamic_ncols=True)
-        window_start, pending = time.perf_counter(), None
-        for step in range(start + 1, total + 1):
-            # `step` counts updates; its batch is the data stream's entry `step - 1`.
-            params, opt_state, metrics = self.steps.train(
-                params, opt_state, batch(step - 1), step - 1)
+        window_start, pending, step = time.perf_counter(), None, start
+        while step < total:
+            # Update `step + 1` trains on the data stream's entry `step`.
+            count = self.call_length(step, total)
+            batches = [batch(s) for s in range(step, step + count)]
+            if count > 1 and len({shapes(b) for b in batches}) > 1:
+                # train_shapes (which chose K) says this cannot happen; if it does, run them
+                # one per call rather than fail.
+                count, batches = 1, batches[:1]
+            if count == 1:
+                params, opt_state, metrics = self.steps.train(params, opt_state, batches[0], step)
+            else:
+                params, opt_state, metrics = self.steps.train_many(params, opt_state, batches,
+                                                                   step)
             if pending is not None:
                 self.read(*pending)
-                progress.update(1)
-            pending = (step, metrics)
+                progress.update(pending[1])
+            pending, step = (step + 1, count, metrics), step + count
             log_due = step % self.train_cfg.log_every == 0 or step == total
             eval_due = self.train_cfg.eval_every and (step % self.train_cfg.eval_every == 0
                                                       or step == total)
@@ -182,7 +208,7 @@ class StepLoop:
             if not (log_due or eval_due or save_due):
                 continue
             self.read(*pending)
-            progress.update(1)
+            progress.update(count)
             pending = None
             if log_due:
                 elapsed = time.perf_counter() - window_start

@@ -77,6 +77,8 @@ class Steps:
     ``train(params, opt_state, batch, step)`` and ``evaluate(params, batch)``; for an ensemble
     (``make_ensemble_steps``) ``train`` takes member-stacked state and batches, and
     ``evaluate`` scores one member's parameters (``member_evaluate`` picks its keys).
+    ``train_many(params, opt_state, batches, first_step)`` runs ``train`` over a list of K
+    batches in one program (``chained``); its metrics carry a leading ``[K]`` axis.
     """
 
     train: Any
@@ -85,6 +87,7 @@ class Steps:
     rest: Any
     traces: dict[str, int]
     evaluate_with_key: Any = None
+    train_many: Any = None
 
     @property
     def compilations(self) -> int:
@@ -133,6 +136,29 @@ def step_functions(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
     return train_step, eval_step
 
 
+def chained(train: Any, out_shardings: Any) -> Any:
+    """``train`` applied to K batches in turn, as one jitted program.
+
+    One execution per K steps: XLA allocates a program's temporaries once per execution, which
+    on a CPU costs a fresh mapping (and page faults) of all of them for every call, and the host
+    dispatches once instead of K times. The K steps are those of K ``train`` calls, bit for bit.
+    """
+
+    def train_many(params, opt_state, batches, first_step):
+        stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *batches)
+
+        def one_step(carry, batch):
+            params, opt_state, step = carry
+            params, opt_state, metrics = train(params, opt_state, batch, step)
+            return (params, opt_state, step + 1), metrics
+
+        (params, opt_state, _), metrics = jax.lax.scan(
+            one_step, (params, opt_state, jnp.asarray(first_step, jnp.int32)), stacked)
+        return params, opt_state, metrics
+
+    return jax.jit(train_many, donate_argnums=(0, 1), out_shardings=out_shardings)
+
+
 def make_steps(model: TokenModel, train_cfg: Mapping[str, Any], seed: int,
                mesh: Mesh) -> tuple[Steps, nnx.State]:
     """Jitted steps for ``model`` on ``mesh`` and its initial parameters."""
@@ -142,12 +168,15 @@ def make_steps(model: TokenModel, train_cfg: Mapping[str, Any], seed: int,
     base_key = jax.random.key(seed)
     same = replicated(mesh)
     evaluate_with_key = jax.jit(eval_step, out_shardings=same)
+
+    def train(params, opt_state, batch, step):
+        return train_step(params, opt_state, batch, step, base_key)
+
     steps = Steps(
-        train=jax.jit(lambda params, opt_state, batch, step:
-                      train_step(params, opt_state, batch, step, base_key),
-                      donate_argnums=(0, 1), out_shardings=(same, same, same)),
+        train=jax.jit(train, donate_argnums=(0, 1), out_shardings=(same, same, same)),
         evaluate=lambda params, batch: evaluate_with_key(params, batch, base_key),
-        graphdef=graphdef, rest=rest, traces=traces, evaluate_with_key=evaluate_with_key)
+        graphdef=graphdef, rest=rest, traces=traces, evaluate_with_key=evaluate_with_key,
+        train_many=chained(train, (same, same, same)))
     return steps, params
 
 
@@ -173,12 +202,15 @@ def make_ensemble_steps(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
     stacked_step = jax.vmap(train_step, in_axes=(0, 0, 0, None, 0, None if rates is None else 0))
     stacked, same = member_sharded(mesh), replicated(mesh)
     evaluate_with_key = jax.jit(eval_step)
+
+    def train(params, opt_state, batch, step):
+        return stacked_step(params, opt_state, batch, step, keys, rates)
+
     return Steps(
-        train=jax.jit(lambda params, opt_state, batch, step:
-                      stacked_step(params, opt_state, batch, step, keys, rates),
-                      donate_argnums=(0, 1), out_shardings=(stacked, stacked, same)),
+        train=jax.jit(train, donate_argnums=(0, 1), out_shardings=(stacked, stacked, same)),
         evaluate=None, graphdef=graphdef, rest=rest, traces=traces,
-        evaluate_with_key=evaluate_with_key)
+        evaluate_with_key=evaluate_with_key,
+        train_many=chained(train, (stacked, stacked, same)))
 
 
 def _outputs(logits_BxTxV: jax.Array, batch: Batch) -> Outputs:
