@@ -38,9 +38,8 @@ def train_records(run_dir) -> list[dict[str, float]]:
             for r in read_metrics(run_dir)]
 
 
-def shapes_of(config) -> int:
-    task = get_task(config.task.to_dict(), config.data.to_dict())
-    return len(data.train_shapes(task, config.data.to_dict()))
+def task_of(config):
+    return get_task(config.task.to_dict(), config.data.to_dict())
 
 
 @pytest.mark.parametrize(("intervals", "expected"), [
@@ -56,7 +55,7 @@ def shapes_of(config) -> int:
 ])
 def test_zero_picks_the_largest_divisor_of_every_interval_up_to_ten(intervals, expected):
     config = config_with(**intervals)
-    assert steps_per_call(config.train, shapes_of(config)) == expected
+    assert steps_per_call(config, task_of(config)) == expected
 
 
 def test_training_shapes_follow_the_buckets_and_several_shapes_mean_one_step_per_call():
@@ -66,7 +65,7 @@ def test_training_shapes_follow_the_buckets_and_several_shapes_mean_one_step_per
     assert data.train_shapes(task, one.data.to_dict()) == {(8, 16)}
     two = config_with(**{"data.train_lengths": (1, 12)})
     assert data.train_shapes(task, two.data.to_dict()) == {(8, 16), (16, 16)}
-    assert steps_per_call(two.train, shapes_of(two)) == 1
+    assert steps_per_call(two, task_of(two)) == 1
 
 
 @pytest.mark.parametrize(("changes", "fragment"), [

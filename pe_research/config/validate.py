@@ -19,7 +19,7 @@ from pe_research.config.schema import (
     WANDB_MODES,
     default_task_block,
 )
-from pe_research.data import bucket_length, check_data_block, check_data_config, train_shapes
+from pe_research.data import bucket_length, check_data_block, check_data_config
 from pe_research.errors import ConfigError, check_choice
 from pe_research.evaluation.metrics import get_metric, training_metrics
 from pe_research.model.config import ModelConfig
@@ -164,4 +164,4 @@ def _check_lengths(config: ml_collections.ConfigDict, task: Task) -> None:
     pe = config.model.pe.to_dict()
     scheme_class(pe["type"]).check_positions(pe, padded)
     check_randomize(pe, longest)
-    check_steps_per_call(config.train, len(train_shapes(task, config.data.to_dict())))
+    check_steps_per_call(config, task)

@@ -191,8 +191,7 @@ def _train_locked(configs, run_dirs, tasks, changes, mesh, eval_mesh,
 
     loop = StepLoop(members, steps, batch, member_state=member_state,
                     stacked_finite=jax.jit(jax.vmap(all_finite)),
-                    steps_per_call=steps_per_call(configs[0].train, len(
-                        data.train_shapes(tasks[0], configs[0].data.to_dict()))))
+                    steps_per_call=steps_per_call(configs[0], tasks[0]))
     loop.run(params, opt_state, start)
     return EnsembleResult(run_dirs=list(run_dirs), records=[m.record for m in members],
                           diverged={m.run_dir: m.diverged for m in members if m.diverged},

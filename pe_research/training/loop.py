@@ -167,8 +167,7 @@ def _train_locked(config: ml_collections.ConfigDict, run_dir: Path, task: Any, m
                                  jax.process_index(), jax.process_count())
         return data.global_batch(local, mesh)
 
-    loop = StepLoop([member], steps, batch, steps_per_call=steps_per_call(
-        config.train, len(data.train_shapes(task, config.data.to_dict()))))
+    loop = StepLoop([member], steps, batch, steps_per_call=steps_per_call(config, task))
     try:
         params, opt_state = loop.run(params, opt_state, start)
     finally:

@@ -12,7 +12,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import ml_collections
+
+from pe_research import data
 from pe_research.errors import ConfigError
+from pe_research.tasks import Task
 
 # A chunk's metrics reach the host only after its last step, and the progress bar moves in
 # chunks: 10 keeps both prompt while taking most of the gain (benchmarks/RESULTS.md).
@@ -26,16 +30,22 @@ def intervals(train_cfg: Mapping[str, Any]) -> dict[str, int]:
     return {f"train.{key}": int(train_cfg[key]) for key in keys if int(train_cfg[key]) > 0}
 
 
-def check_steps_per_call(train_cfg: Mapping[str, Any], shapes: int) -> None:
+def shape_count(config: ml_collections.ConfigDict, task: Task) -> int:
+    """How many shapes the run's training batches can take."""
+    return len(data.train_shapes(task, config.data.to_dict()))
+
+
+def check_steps_per_call(config: ml_collections.ConfigDict, task: Task) -> None:
     """ConfigError unless an explicit ``train.steps_per_call`` can group the run's steps."""
-    requested = int(train_cfg["steps_per_call"])
+    requested = int(config.train.steps_per_call)
     if requested <= 1:
         return
-    for key, value in intervals(train_cfg).items():
+    for key, value in intervals(config.train).items():
         if value % requested:
             raise ConfigError(KEY, requested, f"must divide {key} ({value}): logging, "
                               "evaluation and checkpoints happen between calls; set a divisor "
                               f"of it, or 0 to have one chosen")
+    shapes = shape_count(config, task)
     if shapes > 1:
         raise ConfigError(KEY, requested, f"needs training batches of one shape, but "
                           f"data.train_lengths pad to {shapes} shapes over data.buckets; set "
@@ -43,12 +53,12 @@ def check_steps_per_call(train_cfg: Mapping[str, Any], shapes: int) -> None:
                           "every training length")
 
 
-def steps_per_call(train_cfg: Mapping[str, Any], shapes: int) -> int:
-    """K for a run whose training batches take ``shapes`` shapes (0 in the config: chosen)."""
-    requested = int(train_cfg["steps_per_call"])
+def steps_per_call(config: ml_collections.ConfigDict, task: Task) -> int:
+    """K for the run of ``config`` on ``task`` (0 in the config: chosen)."""
+    requested = int(config.train.steps_per_call)
     if requested > 0:
         return requested
-    if shapes > 1:
+    if shape_count(config, task) > 1:
         return 1
-    common = math.gcd(*intervals(train_cfg).values())
+    common = math.gcd(*intervals(config.train).values())
     return max(k for k in range(1, AUTO_LIMIT + 1) if common % k == 0)
