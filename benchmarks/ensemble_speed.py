@@ -3,15 +3,17 @@
     python benchmarks/ensemble_speed.py                         # configs/default.py, 1/4/8/16
     python benchmarks/ensemble_speed.py --members 1,8,32 --steps 50
     python benchmarks/ensemble_speed.py --config.model.d_model=32   # any config override
+    python benchmarks/ensemble_speed.py --steps-per-call 1             # one step per call
 
 For each member count M: the train step of ``training/ensemble.py`` over M stacked members,
-timed over ``--steps`` steps after warm-up (``block_until_ready``), against M runs of the single
-train step one after another (M x the single step's time, measured the same way). Every member
-draws its own batch (default length sampling), padded to the widest member's bucket, exactly as
-``pe-research sweep`` trains them; data generation is excluded (both paths need it). Printed per
-M: wall seconds for the steps, examples/s per member, the ratio to one-by-one training,
-compile time; on a GPU also FLOPs per step (XLA's cost analysis), MFU against the device's
-dense bf16 peak, and peak device memory.
+timed over ``--steps`` steps after warm-up (``block_until_ready``), ``--steps-per-call`` steps
+per call (default: what the trainer picks for the config, ``train.steps_per_call``), against M
+runs of the single train step one after another (M x the single step's time, measured the same
+way). Every member draws its own batch (default length sampling), padded to the widest member's
+bucket, exactly as ``pe-research sweep`` trains them; data generation is excluded (both paths
+need it). Printed per M: wall seconds for the steps, examples/s per member, the ratio to
+one-by-one training, compile time; on a GPU also FLOPs per step (XLA's cost analysis of the
+one-step program), MFU against the device's dense bf16 peak, and peak device memory.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import sys
 from pathlib import Path
 
 import jax
-from step_timing import memory_gb, peak_flops, timed
+from step_timing import groups, memory_gb, peak_flops, timed
 
 from pe_research import data
 from pe_research.config import collect_overrides, load_config
@@ -31,6 +33,7 @@ from pe_research.tasks import get_task
 from pe_research.training.ensemble import stack
 from pe_research.training.optimizer import make_optimizer
 from pe_research.training.steps import make_ensemble_steps, make_steps
+from pe_research.training.steps_per_call import steps_per_call
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,23 +43,32 @@ def main() -> None:
     parser.add_argument("--config", default=str(REPO / "configs" / "default.py"))
     parser.add_argument("--members", default="1,4,8,16", help="member counts, comma-separated")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per block")
+    parser.add_argument("--steps-per-call", type=int, default=0,
+                        help="train steps per call; 0: what the trainer picks for the config")
     overrides, rest = collect_overrides(sys.argv[1:])
     args = parser.parse_args(rest)
     config = load_config(args.config, overrides)
     task = get_task(config.task.to_dict(), config.data.to_dict())
     vocab = task.vocabulary.size
+    if args.steps_per_call < 0:
+        sys.exit(f"error: --steps-per-call {args.steps_per_call}: give 0 (the trainer's "
+                 "choice) or a positive count")
+    config.train.steps_per_call = args.steps_per_call
+    per_call = steps_per_call(config, task)
     device = jax.devices()[0]
     print(f"device: {device.device_kind} x{jax.device_count()} ({jax.default_backend()}); "
           f"config {args.config}, batch {config.data.batch_size}, d_model "
-          f"{config.model.d_model}, {args.steps} timed steps x 3 blocks")
+          f"{config.model.d_model}, {args.steps} timed steps x 3 blocks, {per_call} per call")
 
     single_mesh = data_mesh()
     single, params = make_steps(build_model(config, vocab), config.train, config.seed,
                                 single_mesh)
     opt_state = make_optimizer(config.train).init(params)
     batches = [data.global_batch(data.train_batch(task, config.data, config.seed, i),
-                                 single_mesh) for i in range(8)]
-    single_compile, single_step = timed(single.train, params, opt_state, batches, args.steps)
+                                 single_mesh) for i in range(max(8, 2 * per_call))]
+    single_compile, single_step = timed(single.train if per_call == 1 else single.train_many,
+                                        params, opt_state, groups(batches, per_call), args.steps,
+                                        per_call=per_call)
     batch = config.data.batch_size
     print(f"single run: {single_step * 1e3:.1f} ms/step, {batch / single_step:,.0f} examples/s,"
           f" compile {single_compile:.1f}s")
@@ -82,9 +94,10 @@ def main() -> None:
                                     mesh)
         member_batches = [jax.device_put(data.stack_batches(
             [data.train_batch(task, c.data, c.seed, i) for c in configs]),
-            member_batch_sharded(mesh)) for i in range(8)]
-        compile_s, step_s = timed(steps.train, stacked_params, stacked_opt, member_batches,
-                                  args.steps)
+            member_batch_sharded(mesh)) for i in range(max(8, 2 * per_call))]
+        compile_s, step_s = timed(steps.train if per_call == 1 else steps.train_many,
+                                  stacked_params, stacked_opt, groups(member_batches, per_call),
+                                  args.steps, per_call=per_call)
         flops = steps.train.lower(stacked_params, stacked_opt, member_batches[0], 0) \
             .compile().cost_analysis()
         flops = (flops[0] if isinstance(flops, list) else flops or {}).get("flops", float("nan"))

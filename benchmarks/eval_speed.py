@@ -24,7 +24,7 @@ import numpy as np
 from flax import nnx
 
 from pe_research import data
-from pe_research.config import load_config
+from pe_research.config import load_config, load_run_config
 from pe_research.evaluation.range_eval import RangeEvaluator, eval_position_key
 from pe_research.model.decoding import NEVER, greedy_decode, naive_greedy_decode
 from pe_research.runs.restore import load_run
@@ -104,7 +104,9 @@ def main() -> None:
 def report(args: argparse.Namespace, run_dir: Path) -> None:
     """Time range eval per bucket and per length, and cached vs naive decoding, on ``run_dir``."""
     lengths = tuple(range(1, args.max_length + 1))
-    buckets = power_of_two_buckets(args.max_length + 1)
+    # The run's own buckets stay, so that its training lengths still fit whatever L is.
+    saved = load_run_config(run_dir, validate=False).data.buckets
+    buckets = tuple(sorted({*power_of_two_buckets(args.max_length + 1), *saved}))
     run = load_run(run_dir, args.step, [f"--config.data.buckets={buckets}",
                                         f"--config.eval.lengths={lengths}"])
     dataset = data.eval_dataset(run.task, lengths, run.config.data.eval_samples, run.config.seed,

@@ -33,49 +33,70 @@ def memory_gb(device: jax.Device) -> float | None:
     return stats["peak_bytes_in_use"] / 2**30 if stats and "peak_bytes_in_use" in stats else None
 
 
-def timed(step: Callable, params: Any, opt_state: Any, batches: Sequence[Any],
-          steps: int, blocks: int = 3) -> tuple[float, float]:
-    """(compile + first step seconds, median seconds per step over ``blocks`` blocks)."""
+def timed(call: Callable, params: Any, opt_state: Any, inputs: Sequence[Any], steps: int,
+          blocks: int = 3, per_call: int = 1) -> tuple[float, float]:
+    """(compile + first call seconds, median seconds per step over ``blocks`` blocks of about
+    ``steps`` steps); each call runs ``per_call`` steps on one entry of ``inputs`` (a batch, or
+    a list of ``per_call`` batches for ``Steps.train_many``)."""
     start = time.perf_counter()
-    params, opt_state, metrics = step(params, opt_state, batches[0], 0)
+    params, opt_state, metrics = call(params, opt_state, inputs[0], 0)
     jax.block_until_ready(metrics)
     compile_s = time.perf_counter() - start
-    for i in range(1, 3):  # warm-up
-        params, opt_state, metrics = step(params, opt_state, batches[i % len(batches)], i)
+    for i in range(1, 1 + max(1, 2 // per_call)):  # warm-up: 2 steps, or one longer call
+        params, opt_state, metrics = call(params, opt_state, inputs[i % len(inputs)], i)
     jax.block_until_ready(metrics)
+    calls = max(1, steps // per_call)
     per_step = []
     for block in range(blocks):
         start = time.perf_counter()
-        for i in range(steps):
-            params, opt_state, metrics = step(params, opt_state,
-                                              batches[(block * steps + i) % len(batches)], i)
+        for i in range(calls):
+            params, opt_state, metrics = call(params, opt_state,
+                                              inputs[(block * calls + i) % len(inputs)], i)
         jax.block_until_ready(metrics)
-        per_step.append((time.perf_counter() - start) / steps)
+        per_step.append((time.perf_counter() - start) / (calls * per_call))
     return compile_s, statistics.median(per_step)
+
+
+def groups(batches: Sequence[Any], per_call: int) -> list[Any]:
+    """What each call takes: the batches themselves, or consecutive lists of ``per_call``."""
+    if per_call == 1:
+        return list(batches)
+    return [list(batches[i:i + per_call]) for i in range(0, len(batches), per_call)]
 
 
 @dataclasses.dataclass
 class CompiledStep:
-    """One config's train step, compiled ahead of time, with what it runs on."""
+    """One config's train step (or ``per_call`` steps in one call), compiled ahead of time,
+    with what it runs on."""
 
     steps: Any  # the ``make_steps`` bundle (its ``train`` is the jitted step)
-    compiled: Callable
+    compiled: Callable  # (params, opt_state, inputs[i], step) -> (params, opt_state, metrics)
     params: Any
     opt_state: Any
     batches: list[dict]
     compile_s: float
+    per_call: int = 1
+
+    @property
+    def inputs(self) -> list[Any]:
+        """What each call of ``compiled`` takes (``groups`` of ``batches``)."""
+        return groups(self.batches, self.per_call)
 
 
-def compile_train_step(config, batch_count: int = 4) -> CompiledStep:
-    """Build ``config``'s model and optimizer and compile its train step (timed)."""
+def compile_train_step(config, batch_count: int = 4, per_call: int = 1) -> CompiledStep:
+    """Build ``config``'s model and optimizer and compile its train step (timed); with
+    ``per_call`` > 1, ``Steps.train_many`` over that many batches, as ``train.steps_per_call``
+    runs it."""
     task = get_task(config.task.to_dict(), config.data.to_dict())
     mesh = data_mesh()
     compiled_steps, params = steps_module.make_steps(
         build_model(config, task.vocabulary.size), config.train, config.seed, mesh)
     opt_state = make_optimizer(config.train).init(params)
+    batch_count = max(batch_count, 2 * per_call)
     batches = [data.global_batch(data.train_batch(task, config.data, config.seed, i), mesh)
                for i in range(batch_count)]
+    program = compiled_steps.train if per_call == 1 else compiled_steps.train_many
     start = time.perf_counter()
-    compiled = compiled_steps.train.lower(params, opt_state, batches[0], 0).compile()
+    compiled = program.lower(params, opt_state, groups(batches, per_call)[0], 0).compile()
     return CompiledStep(compiled_steps, compiled, params, opt_state, batches,
-                        time.perf_counter() - start)
+                        time.perf_counter() - start, per_call)

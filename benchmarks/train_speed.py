@@ -3,6 +3,7 @@
     python benchmarks/train_speed.py                      # every shape; CPU: xla/float32 only
     python benchmarks/train_speed.py --shapes default --dtypes float32,bfloat16
     python benchmarks/train_speed.py --shapes large --steps 20 --config.model.pe.type=alibi
+    python benchmarks/train_speed.py --shapes large --steps 1 --steps-per-call 1   # CPU: slow
 
 Shapes (task length n; every batch is exactly one shape, no padding):
 
@@ -14,15 +15,16 @@ Shapes (task length n; every batch is exactly one shape, no padding):
 * ``large``: encoder-decoder, d_model 512, 8 heads, 6+6 layers, d_ff 2048, batch 64, copy at
   n = 255 (256 source and 256 target tokens with EOS), RoPE.
 
-Per shape, attention implementation (``xla``; ``cudnn`` on a GPU, bfloat16 only) and dtype:
+Per shape, attention implementation (``xla``; ``cudnn`` on a GPU, bfloat16 only), dtype and
+steps per call (``train.steps_per_call``: 1, and 10 as the trainer picks for these shapes):
 tokens/s (source + target tokens of the batch per second), the median step time over 3 blocks
 after warm-up (``block_until_ready``), compile time, the step's memory from XLA's memory
 analysis (arguments + outputs + temporaries - donated) and the device's peak so far where the
 backend reports it (shapes run from small to large, so it is that shape's), FLOPs per step from
-XLA's cost analysis of the xla-attention step (a cuDNN custom call reports none; the math is
-the same) and MFU against the device's dense bf16 peak (``step_timing.PEAK_FLOPS``: H100/H200
-989 TFLOP/s, A100 312); on a CPU, FLOP/s only. A combination that fails prints its one-line
-error in its row.
+XLA's cost analysis of the one-step xla-attention program (a cuDNN custom call reports none, and
+a K-step program's loop is counted once; the math is the same) and MFU against the device's
+dense bf16 peak (``step_timing.PEAK_FLOPS``: H100/H200 989 TFLOP/s, A100 312); on a CPU, FLOP/s
+only. A combination that fails prints its one-line error in its row.
 """
 
 from __future__ import annotations
@@ -83,14 +85,16 @@ def step_memory_gb(compiled) -> float | None:
     return total / 2**30
 
 
-def measure(config, steps: int) -> dict:
-    """Compile time, median step time, tokens per step, FLOPs and memory of one train step."""
-    step = compile_train_step(config)
-    _, step_s = timed(step.compiled, step.params, step.opt_state, step.batches, steps)
+def measure(config, steps: int, per_call: int) -> dict:
+    """Compile time, median step time, tokens per step, FLOPs (one-step programs only) and
+    memory of ``per_call`` train steps per call."""
+    step = compile_train_step(config, per_call=per_call)
+    _, step_s = timed(step.compiled, step.params, step.opt_state, step.inputs, steps,
+                      per_call=per_call)
     tokens = sum(step.batches[0][key].size for key in ("source", "target_input"))
     return {"compile": step.compile_s, "step": step_s, "tokens": tokens,
-            "flops": xla_cost(step.compiled), "memory": step_memory_gb(step.compiled),
-            "peak": memory_gb(jax.devices()[0])}
+            "flops": xla_cost(step.compiled) if per_call == 1 else None,
+            "memory": step_memory_gb(step.compiled), "peak": memory_gb(jax.devices()[0])}
 
 
 def combinations(dtypes: list[str]) -> list[tuple[str, str]]:
@@ -107,9 +111,15 @@ def main() -> None:
     gpu = jax.default_backend() == "gpu"
     parser.add_argument("--dtypes", default="float32,bfloat16" if gpu else "float32")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per block (3 blocks)")
+    parser.add_argument("--steps-per-call", default="1,10",
+                        help="train steps per call (train.steps_per_call), comma-separated")
     overrides, rest = collect_overrides(sys.argv[1:])
     args = parser.parse_args(rest)
     shapes = [s for s in args.shapes.split(",") if s]
+    per_calls = [int(k) for k in args.steps_per_call.split(",") if k]
+    if not per_calls or min(per_calls) < 1:
+        sys.exit(f"error: --steps-per-call {args.steps_per_call}: give positive integers, "
+                 "e.g. 1,10")
     unknown = sorted(set(shapes) - set(SHAPES))
     if unknown:
         sys.exit(f"error: --shapes {','.join(unknown)}: not a shape; choose from {tuple(SHAPES)}")
@@ -118,29 +128,31 @@ def main() -> None:
     print(f"device: {device.device_kind} ({jax.default_backend()}), jax {jax.__version__}; "
           f"{args.steps} timed steps x 3 blocks; MFU against "
           f"{'%.0f TFLOP/s' % (peak / 1e12) if peak else 'no known peak (FLOP/s only)'}")
-    print("\n| shape | attention | dtype | tokens/s | ms/step | compile (s) | step memory (GB) "
-          "| peak (GB) | GFLOP/step | TFLOP/s | MFU |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n| shape | attention | dtype | steps/call | tokens/s | ms/step | compile (s) "
+          "| step memory (GB) | peak (GB) | GFLOP/step | TFLOP/s | MFU |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for shape in shapes:
-        flops_of: dict[str, float | None] = {}  # dtype -> the xla step's FLOPs
+        flops_of: dict[str, float] = {}  # dtype -> the one-step xla program's FLOPs
         for implementation, dtype in combinations(args.dtypes.split(",")):
-            row = f"| {shape} | {implementation} | {dtype} |"
-            try:
-                result = measure(shape_config(shape, implementation, dtype, overrides),
-                                 args.steps)
-            except (ConfigError, ValueError, NotImplementedError, RuntimeError) as error:
-                print(f"{row} failed: {str(error).splitlines()[0][:160]} |||||||", flush=True)
-                continue
-            if implementation == "xla":
-                flops_of[dtype] = result["flops"]
-            flops = flops_of.get(dtype) or result["flops"]
-            rate = flops / result["step"] if flops else None
-            cells = [f"{result['tokens'] / result['step']:,.0f}", f"{result['step'] * 1e3:.2f}",
-                     f"{result['compile']:.1f}", _cell(result["memory"], ".3f"),
-                     _cell(result["peak"], ".2f"), _cell(flops and flops / 1e9, ",.1f"),
-                     _cell(rate and rate / 1e12, ".2f"),
-                     _cell(rate and peak and 100 * rate / peak, ".1f", "%")]
-            print(f"{row} {' | '.join(cells)} |", flush=True)
+            for per_call in sorted(set(per_calls)):
+                row = f"| {shape} | {implementation} | {dtype} | {per_call} |"
+                try:
+                    result = measure(shape_config(shape, implementation, dtype, overrides),
+                                     args.steps, per_call)
+                except (ConfigError, ValueError, NotImplementedError, RuntimeError) as error:
+                    print(f"{row} failed: {str(error).splitlines()[0][:160]} |||||||",
+                          flush=True)
+                    continue
+                if implementation == "xla" and result["flops"]:
+                    flops_of[dtype] = result["flops"]
+                flops = flops_of.get(dtype) or result["flops"]
+                rate = flops / result["step"] if flops else None
+                cells = [f"{result['tokens'] / result['step']:,.0f}",
+                         f"{result['step'] * 1e3:.2f}", f"{result['compile']:.1f}",
+                         _cell(result["memory"], ".3f"), _cell(result["peak"], ".2f"),
+                         _cell(flops and flops / 1e9, ",.4g"), _cell(rate and rate / 1e12, ".3g"),
+                         _cell(rate and peak and 100 * rate / peak, ".1f", "%")]
+                print(f"{row} {' | '.join(cells)} |", flush=True)
 
 
 def _cell(value: float | None, spec: str, suffix: str = "") -> str:

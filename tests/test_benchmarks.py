@@ -30,8 +30,45 @@ def test_data_throughput_covers_every_task():
 
 @pytest.mark.slow
 def test_eval_speed_compares_bucket_and_length_compilation():
-    out = run_script("benchmarks/eval_speed.py", "--max-length", "16", "--repeats", "1")
-    assert "per bucket" in out and "per length" in out
+    # Length 8 is below the tiny run's own training and eval lengths, whose buckets must stay.
+    out = run_script("benchmarks/eval_speed.py", "--max-length", "8", "--repeats", "1")
+    rows = {row.split("|")[1].strip().split(" (")[0]: row.split("|")[2:4]
+            for row in out.splitlines() if row.startswith("| per ")}
+    assert int(rows["per length"][0]) == 8  # one compile per length 1..8
+    assert int(rows["per bucket"][0]) <= 2  # (8, 16, 32): lengths 1..8 fill at most two
+    assert "same exact-match numbers: True" in out
+    assert float(out.split("cache speed-up: ")[1].split("x")[0]) > 0
+
+
+@pytest.mark.slow
+def test_train_speed_prints_a_row_per_steps_per_call_with_one_steps_flops():
+    out = run_script("benchmarks/train_speed.py", "--shapes", "default", "--steps", "2",
+                     "--steps-per-call", "1,4", "--config.model.d_model=16",
+                     "--config.model.d_ff=32", "--config.data.batch_size=4")
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in out.splitlines()
+            if line.startswith("| default ")]
+    assert [row[:4] for row in rows] == [["default", "xla", "float32", "1"],
+                                         ["default", "xla", "float32", "4"]]
+    assert all(float(row[4].replace(",", "")) > 0 for row in rows)  # tokens/s
+    # Both rows count one step's FLOPs: the 4-step program's loop body would be counted once.
+    assert rows[0][9] == rows[1][9] and float(rows[0][9]) > 0
+
+
+def test_train_speed_rejects_a_bad_steps_per_call_in_one_line():
+    done = subprocess.run([sys.executable, "benchmarks/train_speed.py", "--steps-per-call", "0"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert done.stderr.strip() == ("error: --steps-per-call 0: give positive integers, "
+                                   "e.g. 1,10")
+
+
+def test_run_all_names_the_choices_for_an_unknown_benchmark(tmp_path):
+    env = {**os.environ, "PYTHON": sys.executable, "OUT_DIR": str(tmp_path / "out")}
+    done = subprocess.run(["bash", "benchmarks/run_all.sh", "train_speed", "nope"], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: no benchmark named 'nope'; choose from: train_speed ")
+    assert not (tmp_path / "out").exists()  # checked before anything ran
 
 
 @pytest.mark.slow
