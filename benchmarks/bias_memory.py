@@ -26,11 +26,12 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-from step_timing import compile_train_step, memory_gb, timed
+from step_timing import compile_train_step, memory_gb, run, timed
 from train_speed import combinations, step_memory_gb
 
 import pe_research.training.steps as steps_module
 from pe_research.config import collect_overrides, load_config
+from pe_research.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_POSITIONS = steps_module.make_positions
@@ -62,21 +63,24 @@ def main() -> None:
     parser.add_argument("--dtypes", default="float32,bfloat16" if gpu else "float32")
     overrides, rest = collect_overrides(sys.argv[1:])
     args = parser.parse_args(rest)
+    if args.length < 2:
+        raise UsageError(f"--length {args.length}: give at least 2 (a token and EOS)")
     n = args.length - 1
     config_args = ["--config.model.pe.type=alibi", "--config.task.name=copy",
                    f"--config.data.train_lengths={n},{n}", f"--config.data.buckets={args.length}",
                    f"--config.data.batch_size={args.batch_size}", "--config.train.eval_lengths=()",
                    f"--config.eval.lengths=({n},)", *overrides]
+    configs = {(implementation, dtype): load_config(REPO / "configs" / "default.py", [
+        *config_args, f"--config.model.attention_implementation={implementation}",
+        f"--config.model.dtype={dtype}"]) for implementation, dtype in combinations(
+            args.dtypes.split(","))}  # every one checked before the first compile
     device = jax.devices()[0]
     print(f"device: {device.device_kind} ({jax.default_backend()}); T = S = {args.length}, "
           f"batch {args.batch_size}, overrides {overrides or '-'}\n")
     print("| attention | dtype | positions | step memory (GB) | peak (GB) | compile (s) "
           "| ms/step |")
     print("|---|---|---|---:|---:|---:|---:|")
-    for implementation, dtype in combinations(args.dtypes.split(",")):
-        config = load_config(REPO / "configs" / "default.py", [
-            *config_args, f"--config.model.attention_implementation={implementation}",
-            f"--config.model.dtype={dtype}"])
+    for (implementation, dtype), config in configs.items():
         for layout in ("per row", "shared"):
             row = f"| {implementation} | {dtype} | {layout} |"
             try:
@@ -91,4 +95,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
+from step_timing import run
 
 from pe_research import data
 from pe_research.config import collect_overrides, load_config
@@ -165,4 +166,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

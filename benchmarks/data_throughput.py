@@ -17,6 +17,7 @@ import platform
 import time
 
 import numpy as np
+from step_timing import run
 
 from pe_research.data import train_batch
 from pe_research.tasks import GENERATED_TASKS, TASKS, default_task_config, get_task
@@ -72,4 +73,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

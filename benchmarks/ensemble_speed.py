@@ -23,10 +23,11 @@ import sys
 from pathlib import Path
 
 import jax
-from step_timing import groups, memory_gb, peak_flops, timed
+from step_timing import groups, memory_gb, peak_flops, run, timed
 
 from pe_research import data
 from pe_research.config import collect_overrides, load_config
+from pe_research.errors import UsageError
 from pe_research.mesh import data_mesh, ensemble_mesh, member_batch_sharded, member_sharded
 from pe_research.model import build_model
 from pe_research.tasks import get_task
@@ -50,8 +51,11 @@ def main() -> None:
     config = load_config(args.config, overrides)
     task = get_task(config.task.to_dict(), config.data.to_dict())
     vocab = task.vocabulary.size
+    member_counts = [int(m) for m in args.members.split(",") if m]
+    if not member_counts or min(member_counts) < 1:
+        raise UsageError(f"--members {args.members}: give positive counts, e.g. 1,4,8")
     if args.steps_per_call < 0:
-        sys.exit(f"error: --steps-per-call {args.steps_per_call}: give 0 (the trainer's "
+        raise UsageError(f"--steps-per-call {args.steps_per_call}: give 0 (the trainer's "
                  "choice) or a positive count")
     config.train.steps_per_call = args.steps_per_call
     per_call = steps_per_call(config, task)
@@ -76,7 +80,7 @@ def main() -> None:
           "| compile (s) | GFLOP/step | MFU | peak mem (GB) |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     peak = peak_flops(device)
-    for members in [int(m) for m in args.members.split(",")]:
+    for members in member_counts:
         seeds = list(range(members))
         mesh = ensemble_mesh(members)
         configs = []
@@ -111,4 +115,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -25,10 +25,12 @@ from pathlib import Path
 import jax
 import numpy as np
 from flax import nnx
+from step_timing import run
 from train_speed import step_memory_gb
 
 from pe_research import data
 from pe_research.config import collect_overrides, load_config
+from pe_research.errors import UsageError
 from pe_research.evaluation import memory
 from pe_research.evaluation.range_eval import RangeEvaluator
 from pe_research.mesh import data_mesh
@@ -63,6 +65,8 @@ def main() -> None:
     parser.add_argument("--budget-gb", type=float, default=0.0, help="0: half the device")
     overrides, rest = collect_overrides(sys.argv[1:])
     args = parser.parse_args(rest)
+    if args.max_length < 1:
+        raise UsageError(f"--max-length {args.max_length}: give a task length of at least 1")
     config = load_config(args.config, [f"--config.eval.batch_size={args.batch_size}",
                                        f"--config.eval.memory_budget_gb={args.budget_gb}",
                                        *overrides])
@@ -102,4 +106,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

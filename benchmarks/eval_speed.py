@@ -22,6 +22,7 @@ from pathlib import Path
 import jax
 import numpy as np
 from flax import nnx
+from step_timing import run
 
 from pe_research import data
 from pe_research.config import load_config, load_run_config
@@ -137,4 +138,4 @@ def report(args: argparse.Namespace, run_dir: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import jax
 from flax import nnx
-from step_timing import compile_train_step, memory_gb, timed
+from step_timing import compile_train_step, memory_gb, run, timed
 
 from pe_research.config import collect_overrides, load_config
 from pe_research.positional import SCHEMES, build_scheme
@@ -106,17 +106,21 @@ def main() -> None:
     args = parser.parse_args(rest)
     schemes = [s for s in args.schemes.split(",") if s]
     schemes = ["none"] + [s for s in schemes if s != "none"]  # the reference comes first
+    lengths = [int(n) for n in args.lengths.split(",") if n]
+    # Every config is built (and checked) before the first compile.
+    configs = {(length, scheme): scheme_config(args, overrides, scheme, length)
+               for length in lengths for scheme in schemes}
     device = jax.devices()[0]
     print(f"device: {device.device_kind} ({jax.default_backend()}); decoder-only, "
           f"{args.layers} layers, batch {args.batch_size}, {args.steps} timed steps x 3 blocks")
-    for length in [int(n) for n in args.lengths.split(",")]:
+    for length in lengths:
         print(f"\nT = S = {length}\n")
         print("| scheme | attention | ms/step | vs none | compile (s) | XLA temp (MB) | "
               "peak (GB) | per-pair tensors wider than the bias |")
         print("|---|---|---:|---:|---:|---:|---:|---|")
         reference = None
         for scheme in schemes:
-            config = scheme_config(args, overrides, scheme, length)
+            config = configs[length, scheme]
             result = measure(config, args.steps)
             reference = reference or result["step"]
             pairs = ", ".join(str(list(shape)) for shape in sorted(result["pairs"])) or "-"
@@ -128,4 +132,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

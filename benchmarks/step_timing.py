@@ -1,9 +1,11 @@
-"""What the benchmark scripts share: compiling and timing a train step, device peaks, memory."""
+"""What the benchmark scripts share: compiling and timing a train step, device peaks, memory,
+and ending on bad input with one line."""
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -11,6 +13,7 @@ from typing import Any
 import jax
 
 from pe_research import data
+from pe_research.errors import UsageError
 from pe_research.mesh import data_mesh
 from pe_research.model import build_model
 from pe_research.tasks import get_task
@@ -19,6 +22,15 @@ from pe_research.training.optimizer import make_optimizer
 
 # Dense bf16 peak FLOP/s of known accelerators (for MFU); CPUs report FLOP/s only.
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
+
+
+def run(main: Callable[[], None]) -> None:
+    """Run a benchmark's ``main``; a bad config or argument ends it with one line and exit 2."""
+    try:
+        main()
+    except UsageError as error:  # ConfigError is one: it names the key and what would work
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
 
 
 def peak_flops(device: jax.Device) -> float | None:

@@ -34,10 +34,10 @@ import sys
 from pathlib import Path
 
 import jax
-from step_timing import compile_train_step, memory_gb, peak_flops, timed
+from step_timing import compile_train_step, memory_gb, peak_flops, run, timed
 
 from pe_research.config import collect_overrides, load_config
-from pe_research.errors import ConfigError
+from pe_research.errors import ConfigError, UsageError
 from pe_research.tasks import get_task
 
 REPO = Path(__file__).resolve().parents[1]
@@ -118,11 +118,11 @@ def main() -> None:
     shapes = [s for s in args.shapes.split(",") if s]
     per_calls = [int(k) for k in args.steps_per_call.split(",") if k]
     if not per_calls or min(per_calls) < 1:
-        sys.exit(f"error: --steps-per-call {args.steps_per_call}: give positive integers, "
+        raise UsageError(f"--steps-per-call {args.steps_per_call}: give positive integers, "
                  "e.g. 1,10")
     unknown = sorted(set(shapes) - set(SHAPES))
     if unknown:
-        sys.exit(f"error: --shapes {','.join(unknown)}: not a shape; choose from {tuple(SHAPES)}")
+        raise UsageError(f"--shapes {','.join(unknown)}: not a shape; choose from {tuple(SHAPES)}")
     device = jax.devices()[0]
     peak = peak_flops(device)
     print(f"device: {device.device_kind} ({jax.default_backend()}), jax {jax.__version__}; "
@@ -160,4 +160,4 @@ def _cell(value: float | None, spec: str, suffix: str = "") -> str:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -54,12 +54,22 @@ def test_train_speed_prints_a_row_per_steps_per_call_with_one_steps_flops():
     assert rows[0][9] == rows[1][9] and float(rows[0][9]) > 0
 
 
-def test_train_speed_rejects_a_bad_steps_per_call_in_one_line():
-    done = subprocess.run([sys.executable, "benchmarks/train_speed.py", "--steps-per-call", "0"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert done.returncode != 0
-    assert done.stderr.strip() == ("error: --steps-per-call 0: give positive integers, "
-                                   "e.g. 1,10")
+@pytest.mark.parametrize(("args", "message"), [
+    (("train_speed.py", "--steps-per-call", "0"),
+     "error: --steps-per-call 0: give positive integers, e.g. 1,10"),
+    (("ensemble_speed.py", "--members", "0"),
+     "error: --members 0: give positive counts, e.g. 1,4,8"),
+    (("scheme_cost.py", "--schemes", "rope,nope"), "error: model.pe.type='nope' is invalid: "),
+    (("bias_memory.py", "--length", "64", "--config.model.d_model=-1"),
+     "error: model.d_model=-1 is invalid: "),
+])
+def test_bad_input_ends_a_benchmark_with_one_line_before_any_compile(args, message):
+    script, *rest = args
+    done = subprocess.run([sys.executable, f"benchmarks/{script}", *rest], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.startswith(message) and done.stderr.count("\n") == 1, done.stderr
+    assert "|" not in done.stdout  # no table row was measured first
 
 
 def test_run_all_names_the_choices_for_an_unknown_benchmark(tmp_path):
