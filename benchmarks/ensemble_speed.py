@@ -34,7 +34,7 @@ from pe_research.tasks import get_task
 from pe_research.training.ensemble import stack
 from pe_research.training.optimizer import make_optimizer
 from pe_research.training.steps import make_ensemble_steps, make_steps
-from pe_research.training.steps_per_call import steps_per_call
+from pe_research.training.steps_per_call import shape_count, steps_per_call
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -59,6 +59,10 @@ def main() -> None:
                  "choice) or a positive count")
     config.train.steps_per_call = args.steps_per_call
     per_call = steps_per_call(config, task)
+    if per_call > 1 and shape_count(config, task) > 1:
+        raise UsageError(f"--steps-per-call {per_call}: the config's training batches take "
+                         f"{shape_count(config, task)} shapes, and one call's batches must share "
+                         "one; give 1, or data.buckets with one bucket for every training length")
     device = jax.devices()[0]
     print(f"device: {device.device_kind} x{jax.device_count()} ({jax.default_backend()}); "
           f"config {args.config}, batch {config.data.batch_size}, d_model "
