@@ -87,8 +87,9 @@ def test_run_all_names_the_choices_for_an_unknown_benchmark(tmp_path):
 @pytest.mark.slow
 def test_ensemble_speed_prints_one_row_per_member_count():
     out = run_script("benchmarks/ensemble_speed.py", "--members", "1,2", "--steps", "2",
-                     "--config.model.d_model=16", "--config.model.d_ff=32",
-                     "--config.data.batch_size=8")
+                     "--steps-per-call", "2", "--config.model.d_model=16",
+                     "--config.model.d_ff=32", "--config.data.batch_size=8")
+    assert "2 timed steps x 3 blocks, 2 per call" in out  # both programs run Steps.train_many
     rows = [line for line in out.splitlines() if line.startswith("| ") and "members" not in line]
     assert [row.split("|")[1].strip() for row in rows] == ["1", "2"]
     assert "single run:" in out
