@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 import jax
-from step_timing import groups, memory_gb, peak_flops, run, timed
+from step_timing import groups, memory_gb, peak_flops, program, run, timed
 
 from pe_research import data
 from pe_research.config import collect_overrides, load_config
@@ -34,7 +34,7 @@ from pe_research.tasks import get_task
 from pe_research.training.ensemble import stack
 from pe_research.training.optimizer import make_optimizer
 from pe_research.training.steps import make_ensemble_steps, make_steps
-from pe_research.training.steps_per_call import shape_count, steps_per_call
+from pe_research.training.steps_per_call import check_one_shape, steps_per_call
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,13 +56,10 @@ def main() -> None:
         raise UsageError(f"--members {args.members}: give positive counts, e.g. 1,4,8")
     if args.steps_per_call < 0:
         raise UsageError(f"--steps-per-call {args.steps_per_call}: give 0 (the trainer's "
-                 "choice) or a positive count")
+                         "choice) or a positive count")
     config.train.steps_per_call = args.steps_per_call
     per_call = steps_per_call(config, task)
-    if per_call > 1 and shape_count(config, task) > 1:
-        raise UsageError(f"--steps-per-call {per_call}: the config's training batches take "
-                         f"{shape_count(config, task)} shapes, and one call's batches must share "
-                         "one; give 1, or data.buckets with one bucket for every training length")
+    check_one_shape(config, task, per_call)
     device = jax.devices()[0]
     print(f"device: {device.device_kind} x{jax.device_count()} ({jax.default_backend()}); "
           f"config {args.config}, batch {config.data.batch_size}, d_model "
@@ -74,9 +71,8 @@ def main() -> None:
     opt_state = make_optimizer(config.train).init(params)
     batches = [data.global_batch(data.train_batch(task, config.data, config.seed, i),
                                  single_mesh) for i in range(max(8, 2 * per_call))]
-    single_compile, single_step = timed(single.train if per_call == 1 else single.train_many,
-                                        params, opt_state, groups(batches, per_call), args.steps,
-                                        per_call=per_call)
+    single_compile, single_step = timed(program(single, per_call), params, opt_state,
+                                        groups(batches, per_call), args.steps, per_call=per_call)
     batch = config.data.batch_size
     print(f"single run: {single_step * 1e3:.1f} ms/step, {batch / single_step:,.0f} examples/s,"
           f" compile {single_compile:.1f}s")
@@ -103,9 +99,9 @@ def main() -> None:
         member_batches = [jax.device_put(data.stack_batches(
             [data.train_batch(task, c.data, c.seed, i) for c in configs]),
             member_batch_sharded(mesh)) for i in range(max(8, 2 * per_call))]
-        compile_s, step_s = timed(steps.train if per_call == 1 else steps.train_many,
-                                  stacked_params, stacked_opt, groups(member_batches, per_call),
-                                  args.steps, per_call=per_call)
+        compile_s, step_s = timed(program(steps, per_call), stacked_params, stacked_opt,
+                                  groups(member_batches, per_call), args.steps,
+                                  per_call=per_call)
         flops = steps.train.lower(stacked_params, stacked_opt, member_batches[0], 0) \
             .compile().cost_analysis()
         flops = (flops[0] if isinstance(flops, list) else flops or {}).get("flops", float("nan"))

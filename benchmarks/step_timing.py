@@ -69,6 +69,12 @@ def timed(call: Callable, params: Any, opt_state: Any, inputs: Sequence[Any], st
     return compile_s, statistics.median(per_step)
 
 
+def program(steps: Any, per_call: int) -> Callable:
+    """The jitted function that runs ``per_call`` train steps per call: ``train`` or
+    ``train_many``, as the trainer picks them."""
+    return steps.train if per_call == 1 else steps.train_many
+
+
 def groups(batches: Sequence[Any], per_call: int) -> list[Any]:
     """What each call takes: the batches themselves, or consecutive lists of ``per_call``."""
     if per_call == 1:
@@ -107,8 +113,8 @@ def compile_train_step(config, batch_count: int = 4, per_call: int = 1) -> Compi
     batch_count = max(batch_count, 2 * per_call)
     batches = [data.global_batch(data.train_batch(task, config.data, config.seed, i), mesh)
                for i in range(batch_count)]
-    program = compiled_steps.train if per_call == 1 else compiled_steps.train_many
     start = time.perf_counter()
-    compiled = program.lower(params, opt_state, groups(batches, per_call)[0], 0).compile()
+    compiled = program(compiled_steps, per_call).lower(
+        params, opt_state, groups(batches, per_call)[0], 0).compile()
     return CompiledStep(compiled_steps, compiled, params, opt_state, batches,
                         time.perf_counter() - start, per_call)

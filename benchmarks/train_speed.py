@@ -119,7 +119,7 @@ def main() -> None:
     per_calls = [int(k) for k in args.steps_per_call.split(",") if k]
     if not per_calls or min(per_calls) < 1:
         raise UsageError(f"--steps-per-call {args.steps_per_call}: give positive integers, "
-                 "e.g. 1,10")
+                         "e.g. 1,10")
     unknown = sorted(set(shapes) - set(SHAPES))
     if unknown:
         raise UsageError(f"--shapes {','.join(unknown)}: not a shape; choose from {tuple(SHAPES)}")

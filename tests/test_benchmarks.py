@@ -61,7 +61,8 @@ def test_train_speed_prints_a_row_per_steps_per_call_with_one_steps_flops():
      "error: --members 0: give positive counts, e.g. 1,4,8"),
     (("ensemble_speed.py", "--config", "configs/randomized_pe_benchmark.py",
       "--steps-per-call", "10"),
-     "error: --steps-per-call 10: the config's training batches take 3 shapes"),
+     "error: train.steps_per_call=10 is invalid: needs training batches of one shape, but "
+     "data.train_lengths pad to 3 shapes"),
     (("scheme_cost.py", "--schemes", "rope,nope"), "error: model.pe.type='nope' is invalid: "),
     (("bias_memory.py", "--length", "64", "--config.model.d_model=-1"),
      "error: model.d_model=-1 is invalid: "),

@@ -45,8 +45,14 @@ def check_steps_per_call(config: ml_collections.ConfigDict, task: Task) -> None:
             raise ConfigError(KEY, requested, f"must divide {key} ({value}): logging, "
                               "evaluation and checkpoints happen between calls; set a divisor "
                               f"of it, or 0 to have one chosen")
+    check_one_shape(config, task, requested)
+
+
+def check_one_shape(config: ml_collections.ConfigDict, task: Task, requested: int) -> None:
+    """ConfigError if ``requested`` > 1 steps per call meet training batches of several
+    shapes (one call's batches are stacked)."""
     shapes = shape_count(config, task)
-    if shapes > 1:
+    if requested > 1 and shapes > 1:
         raise ConfigError(KEY, requested, f"needs training batches of one shape, but "
                           f"data.train_lengths pad to {shapes} shapes over data.buckets; set "
                           "it to 0 or 1, or choose data.buckets so that one bucket holds "
