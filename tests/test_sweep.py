@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -26,7 +27,7 @@ from pe_research.runs.run_dir import RunDir
 from pe_research.sweeps import Sweep, product
 from pe_research.sweeps.executors import slurm_parameters
 from pe_research.sweeps.spec import load_sweep
-from pe_research.sweeps.state import SweepDir
+from pe_research.sweeps.state import SweepDir, run_states, write_plan
 
 GRID = 'product({"model.pe.type": ["rope", "alibi"], "data.train_lengths": [(1, 6), (1, 8)]})'
 
@@ -81,6 +82,25 @@ def test_sweep_plan_names_runs_and_validates_every_member(tmp_path):
     assert member.name == "seed_1" and member.config["seed"] == 1
     assert member.config["model"]["pe"]["type"] == "alibi"
     assert member.config["data"]["train_lengths"] == [1, 6]
+
+
+def test_a_moved_sweep_directory_still_finds_its_runs(tmp_path):
+    plan = load_sweep(write_sweep(tmp_path / "s.py"))  # 20 steps per run
+    first = SweepDir(tmp_path / "first")
+    write_plan(first, plan, "pe-research sweep s.py --workdir first", "local")
+    point = plan.points[0].name
+    (first.root / point / "seed_0" / "checkpoints" / "20").mkdir(parents=True)  # finished
+    old_plan = json.loads(first.point_plan(0).read_text())
+    moved = SweepDir(tmp_path / "moved")
+    first.root.rename(moved.root)
+    rows = run_states(moved, 0)
+    assert [row["dir"] for row in rows] == [str(moved.root / point / f"seed_{k}") for k in (0, 1)]
+    assert [row["state"] for row in rows] == ["done", "pending"]
+    # Plans written with absolute run paths (before they were stored relative) resolve too.
+    for run in old_plan["runs"]:
+        run["dir"] = str(first.root / point / Path(run["dir"]).name)
+    moved.point_plan(0).write_text(json.dumps(old_plan))
+    assert [row["state"] for row in run_states(moved, 0)] == ["done", "pending"]
 
 
 @pytest.mark.parametrize(("grid", "message"), [
@@ -178,6 +198,37 @@ def test_sweep_killed_then_rerun_skips_finished_runs_and_records_failures(tmp_pa
     status = subprocess.run([*cli_command(), "sweep", "status", str(workdir)], cwd=REPO,
                             env=subprocess_env(), capture_output=True, text=True, timeout=120)
     assert "8 done, 2 failed" in status.stdout
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_driver_stops_its_workers(tmp_path):
+    # `kill` (or a timeout) signals the driver alone; its workers must not train on unseen.
+    sweep_file = write_sweep(tmp_path / "s.py", grid='[{}]', seeds="(0,)",
+                             **{"train.steps": 100_000})
+    workdir = tmp_path / "sweep"
+    process = subprocess.Popen(sweep_command(sweep_file, workdir, "--no-report"), cwd=REPO,
+                               env=subprocess_env(), start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: (workdir / "sweep.json").exists()
+                  and SweepDir(workdir).read_state(0).get("state") == "running")
+        worker = int(SweepDir(workdir).read_state(0)["pid"])
+        assert _alive(worker)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=120) == 128 + signal.SIGTERM
+        _wait_for(lambda: not _alive(worker), timeout=60)
+    finally:  # the workers share the driver's process group: leave nothing behind
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def _params(run_dir: Path) -> list[np.ndarray]:

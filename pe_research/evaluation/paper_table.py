@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -136,8 +137,8 @@ def plot_heatmap(cells, tasks: list[str], columns: list[str], definition, path: 
             if (task, column) in cells:
                 grid[i, j] = cells[(task, column)].best
     scale = 100.0 if definition.unit == "%" else 1.0
-    figure, axes = plt.subplots(figsize=(2.5 + 1.2 * len(columns),
-                                         max(3.0, 1.4 + 0.45 * len(tasks))))
+    width = max(6.5, 2.5 + 1.2 * len(columns))  # room for the title with few columns
+    figure, axes = plt.subplots(figsize=(width, max(3.0, 1.4 + 0.45 * len(tasks))))
     image = axes.imshow(grid * scale, cmap="viridis", vmin=0, aspect="auto",
                         vmax=100 if definition.unit == "%" else None)
     axes.set_xticks(range(len(columns)), columns, rotation=30, ha="right")
@@ -148,8 +149,8 @@ def plot_heatmap(cells, tasks: list[str], columns: list[str], definition, path: 
                 axes.text(j, i, f"{grid[i, j] * scale:.0f}", ha="center", va="center",
                           color="white" if grid[i, j] * scale < 60 else "black", fontsize=8)
     figure.colorbar(image, ax=axes, label=f"best seed ({definition.unit})")
-    axes.set_title(f"{definition.label},\nmean over the lengths beyond training; best of the "
-                   "seeds", fontsize=10)
+    title = f"{definition.label}, mean over the lengths beyond training; best of the seeds"
+    axes.set_title(textwrap.fill(title, width=int(7 * width)), fontsize=10)
     figure.tight_layout()
     atomic_savefig(figure, path)
     plt.close(figure)

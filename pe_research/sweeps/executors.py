@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -41,6 +43,9 @@ def run_local(sweep_dir: SweepDir, indices: Sequence[int], names: Mapping[int, s
     """Run grid points in worker processes, ``jobs`` at a time; ``tick`` after every poll."""
     env = {**os.environ, **WORKER_ENV}
     queue, running = list(indices), {}
+    # SIGTERM (kill, timeout, a batch system) would end this process without the cleanup below
+    # and leave its workers training, unseen, into directories a rerun then shares.
+    previous = stop_on_sigterm()
     try:
         while queue or running:
             while queue and len(running) < jobs:
@@ -60,6 +65,22 @@ def run_local(sweep_dir: SweepDir, indices: Sequence[int], names: Mapping[int, s
             process.terminate()
         for process in running.values():
             process.wait()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def stop_on_sigterm() -> signal.Handlers | Callable | int | None:
+    """Make SIGTERM raise ``SystemExit(143)`` in this (main) thread; the handler it replaced.
+
+    ``None`` off the main thread, where Python cannot install signal handlers.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def exit_on_sigterm(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, exit_on_sigterm)
 
 
 def slurm_parameters(settings: Mapping[str, Any], cluster: str, jobs: int,

@@ -71,8 +71,15 @@ class SweepDir:
         return json.loads(self.manifest.read_text())
 
     def read_point(self, index: int) -> dict[str, Any]:
-        """``{"name", "overrides", "runs": [{"dir", "config"}]}`` of grid point ``index``."""
-        return json.loads(self.point_plan(index).read_text())
+        """``{"name", "overrides", "runs": [{"dir", "config"}]}`` of grid point ``index``.
+
+        Each ``dir`` is resolved under this root, so a sweep directory that was moved or copied
+        (e.g. from a cluster) still finds its runs; plans store them relative to the root.
+        """
+        point = json.loads(self.point_plan(index).read_text())
+        for run in point["runs"]:
+            run["dir"] = str(self.root / point["name"] / Path(run["dir"]).name)
+        return point
 
     def read_state(self, index: int) -> dict[str, Any]:
         path = self.point_state(index)
@@ -87,7 +94,7 @@ def write_plan(sweep_dir: SweepDir, plan: SweepPlan, command: str, executor: str
     previous = sweep_dir.read_manifest() if sweep_dir.exists() else {}
     sweep_dir.point_plan(0).parent.mkdir(parents=True, exist_ok=True)
     for point in plan.points:
-        runs = [{"dir": str(sweep_dir.root / point.name / m.name),
+        runs = [{"dir": f"{point.name}/{m.name}",
                  "config": with_wandb_names(m.config, sweep_dir.root.name,
                                             f"{point.name}/{m.name}")}
                 for m in point.members]
