@@ -54,6 +54,13 @@ def sweep_command(sweep_file: Path, workdir: Path, *extra: str) -> list[str]:
     return [*cli_command(), "sweep", str(sweep_file), "--workdir", str(workdir), *extra]
 
 
+def start_sweep(sweep_file: Path, workdir: Path) -> subprocess.Popen:
+    """The sweep driver in the background, in its own process group (its workers join it)."""
+    return subprocess.Popen(sweep_command(sweep_file, workdir, "--no-report"), cwd=REPO,
+                            env=subprocess_env(), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def manifest_states(workdir: Path) -> dict[str, str]:
     manifest = json.loads((workdir / "sweep.json").read_text())
     return {name: run["state"] for name, run in manifest["runs"].items()}
@@ -167,9 +174,7 @@ def test_sweep_killed_then_rerun_skips_finished_runs_and_records_failures(tmp_pa
     grid = GRID + ' + [{"model.pe.type": "rope", "data.eval_cache_dir": "/proc/pe_research_no"}]'
     sweep_file = write_sweep(tmp_path / "s.py", grid=grid)
     workdir = tmp_path / "sweep"
-    process = subprocess.Popen(sweep_command(sweep_file, workdir, "--no-report"), cwd=REPO,
-                               env=subprocess_env(), start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = start_sweep(sweep_file, workdir)
     try:
         _wait_for(lambda: (workdir / "sweep.json").exists()
                   and "done" in manifest_states(workdir).values())
@@ -214,9 +219,7 @@ def test_sigterm_to_the_driver_stops_its_workers(tmp_path):
     sweep_file = write_sweep(tmp_path / "s.py", grid='[{}]', seeds="(0,)",
                              **{"train.steps": 100_000})
     workdir = tmp_path / "sweep"
-    process = subprocess.Popen(sweep_command(sweep_file, workdir, "--no-report"), cwd=REPO,
-                               env=subprocess_env(), start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = start_sweep(sweep_file, workdir)
     try:
         _wait_for(lambda: (workdir / "sweep.json").exists()
                   and SweepDir(workdir).read_state(0).get("state") == "running")
@@ -245,9 +248,7 @@ def test_killed_ensemble_resumes_bit_identically(tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     subprocess.run(sweep_command(sweep_file, straight, "--no-report"), cwd=REPO, check=True,
                    env=subprocess_env(), capture_output=True, timeout=600)
-    process = subprocess.Popen(sweep_command(sweep_file, resumed, "--no-report"), cwd=REPO,
-                               env=subprocess_env(), start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = start_sweep(sweep_file, resumed)
     member = resumed / "pe.type=rope" / "seed_2" / "checkpoints"
     try:
         _wait_for(lambda: member.exists() and any(p.name.isdigit() for p in member.iterdir()))
