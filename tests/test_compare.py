@@ -12,7 +12,7 @@ import pytest
 from pe_research import cli
 from pe_research.config import base_config, save_config
 from pe_research.errors import ConfigError
-from pe_research.evaluation.compare import compare_runs, load_curve
+from pe_research.evaluation.compare import compare_runs, legend_names, load_curve
 from pe_research.evaluation.metrics import wilson_interval
 from pe_research.evaluation.range_eval import EvalResult, LengthResult
 from pe_research.evaluation.results import write_results
@@ -115,3 +115,15 @@ def test_cli_takes_a_glob_and_a_group_key(run_dirs, tmp_path, capsys):
                      str(out)]) == 0
     assert set(read_csv(out / "comparison.csv")) == {"0", "1"}
     assert "| seed | runs |" in capsys.readouterr().out
+    finding = (out / "comparison.md").read_text().split("What the curves show: ")[1]
+    assert finding.startswith("seed=1 did not learn")  # not a bare "1" in a sentence
+
+
+def test_a_legend_names_the_key_of_a_bare_number(run_dirs):
+    by_seed = [load_curve(run, group_by="seed") for run in run_dirs]
+    assert legend_names(by_seed, "seed") == {"0": "seed=0", "1": "seed=1"}
+    by_scheme = [load_curve(run) for run in run_dirs]
+    assert legend_names(by_scheme, "model.pe.type") == {"rope": "rope", "alibi": "alibi"}
+    both = [load_curve(run, group_by="model.pe.type,seed") for run in run_dirs]
+    assert set(legend_names(both, "model.pe.type,seed").values()) == {
+        "pe.type=rope, seed=0", "pe.type=rope, seed=1", "pe.type=alibi, seed=0"}

@@ -17,6 +17,7 @@ from conftest import DEFAULT_CONFIG, REPO, cli_command, subprocess_env, tiny_ove
 from flax import nnx
 
 from pe_research.cli.app import main
+from pe_research.cli.sweep import Progress
 from pe_research.config.naming import short_keys, value_name
 from pe_research.errors import ConfigError
 from pe_research.evaluation.range_eval import evaluate_run
@@ -108,6 +109,24 @@ def test_a_moved_sweep_directory_still_finds_its_runs(tmp_path):
         run["dir"] = str(first.root / point / Path(run["dir"]).name)
     moved.point_plan(0).write_text(json.dumps(old_plan))
     assert [row["state"] for row in run_states(moved, 0)] == ["done", "pending"]
+
+
+def test_progress_written_to_a_file_redraws_when_runs_change_not_on_every_poll(tmp_path, capsys):
+    plan = load_sweep(write_sweep(tmp_path / "s.py"))
+    sweep_dir = SweepDir(tmp_path / "sweep")
+    write_plan(sweep_dir, plan, "pe-research sweep s.py --workdir sweep", "local")
+    progress = Progress(sweep_dir)  # stderr is captured: not a terminal
+    for _ in range(20):
+        progress.tick()
+    (sweep_dir.root / plan.points[0].name / "seed_0" / "checkpoints" / "20").mkdir(parents=True)
+    for _ in range(20):
+        progress.tick()
+    progress.close()
+    lines = capsys.readouterr().err.replace("\r", "\n").split("\n")
+    states = {line.split("runs: ")[1].rstrip("] ") for line in lines if "runs: " in line}
+    assert states == {"0 done, 0 running, 0 failed, 8 waiting",
+                      "1 done, 0 running, 0 failed, 7 waiting"}
+    assert sum("runs: " in line for line in lines) <= 4  # one per change, and the last line
 
 
 @pytest.mark.parametrize(("grid", "message"), [

@@ -84,13 +84,22 @@ def slurm_settings(args: argparse.Namespace, defaults: dict) -> dict:
     return settings
 
 
+FILE_REDRAW_S = 60.0
+
+
 class Progress:
-    """A live line: training steps done over all runs (so an ETA), and run counts by state."""
+    """A live line: training steps done over all runs (so an ETA), and run counts by state.
+
+    Written to a file (nohup, a batch job), the line is redrawn once a minute and whenever a
+    run changes state, rather than on every poll.
+    """
 
     def __init__(self, sweep_dir: SweepDir):
         self.sweep_dir = sweep_dir
-        self.bar = tqdm(desc="sweep", unit="step", dynamic_ncols=True, smoothing=0.0)
+        self.bar = tqdm(desc="sweep", unit="step", dynamic_ncols=True, smoothing=0.0,
+                        mininterval=1.0 if sys.stderr.isatty() else FILE_REDRAW_S)
         self.base: int | None = None
+        self.shown = ""
 
     def tick(self) -> None:
         manifest = refresh(self.sweep_dir)
@@ -101,9 +110,14 @@ class Progress:
             self.bar.reset(total=sum(run["steps"] for run in runs) - done)
         self.bar.n = done - self.base
         state = counts(manifest)
-        self.bar.set_postfix_str(
-            f"runs: {state['done']} done, {state['running']} running, {state['failed']} "
-            f"failed, {state['pending'] + state['interrupted']} waiting")
+        runs_line = (f"runs: {state['done']} done, {state['running']} running, "
+                     f"{state['failed']} failed, {state['pending'] + state['interrupted']} waiting")
+        self.bar.set_postfix_str(runs_line, refresh=False)
+        if runs_line != self.shown:
+            self.shown = runs_line
+            self.bar.refresh()
+        else:
+            self.bar.update(0)  # redraws only once mininterval has passed
 
     def close(self) -> None:
         self.bar.close()

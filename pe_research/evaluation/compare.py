@@ -75,6 +75,17 @@ def group_label(config: Mapping[str, Any], group_by: str) -> str:
     return ", ".join(f"{labels[key]}={config_value(config, key)}" for key in keys)
 
 
+def legend_names(curves: Sequence[RunCurve], group_by: str) -> dict[str, str]:
+    """Each group's name in a figure legend: a bare number or flag becomes ``key=value``
+    (``max_position=128``); names (``alibi``) and multi-key labels stay as they are."""
+    keys = [key.strip() for key in group_by.split(",") if key.strip()]
+    if len(keys) != 1:
+        return {curve.group: curve.group for curve in curves}
+    label = short_keys(keys)[keys[0]]
+    return {curve.group: curve.group if isinstance(config_value(curve.config, keys[0]), str)
+            else f"{label}={curve.group}" for curve in curves}
+
+
 def load_curve(run_dir: str | Path, metric: str = HEADLINE,
                eval_name: str = DEFAULT_EVAL_NAME, group_by: str = "model.pe.type") -> RunCurve:
     """The curve of ``metric`` for one run (eval results first, then metrics.jsonl)."""
@@ -261,7 +272,9 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
              "mean": "mean ± std over seeds (std with ddof=1)", "max": f"{best} over seeds"}[show]
     architecture = first.config["model"].get("architecture", "encoder_decoder")
     model = "" if architecture == "encoder_decoder" else f" ({architecture.replace('_', '-')})"
-    plot_comparison(groups, first.train_lengths, metric,
+    legend = legend_names(curves, group_by)
+    plot_comparison({legend[name]: group for name, group in groups.items()},
+                    first.train_lengths, metric,
                     f"{task}{mixed}{model}, trained on lengths {low}-{high}, by {group_by}",
                     paths["png"], show)
     sources = sorted({c.source for c in curves})
@@ -273,8 +286,9 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
              f"which every evaluated length scores ≥ {100 * threshold:g}% on the group's mean "
              f"(or {best}) curve.", "",
              markdown_table(summaries, group_by, threshold, definition), ""]
-    if finding := comparison_finding(groups, summaries, definition, group_by=group_by,
-                                     mixed=bool(mixed)):
+    if finding := comparison_finding({legend[name]: g for name, g in groups.items()},
+                                     {legend[name]: s for name, s in summaries.items()},
+                                     definition, group_by=group_by, mixed=bool(mixed)):
         notes += [f"What the curves show: {finding}", ""]
     notes += [f"Figure: {paths['png'].name}", "", "Runs:"]
     notes += [f"- {name}: " + ", ".join(str(m.run_dir) for m in group["members"])
