@@ -29,7 +29,7 @@ def sentence(curves: dict[str, list[list[float]]]) -> str:
 @pytest.mark.parametrize("good,bad", [("alibi", "rope"), ("rope", "alibi")])
 def test_sentence_names_the_scheme_that_holds_and_flips_with_the_curves(good, bad):
     text = sentence({good: [HOLDS], bad: [COLLAPSES]})
-    assert text.startswith("All 2 groups learned lengths 1-6 (at least 95% decoded exact match "
+    assert text.startswith("Both groups learned lengths 1-6 (at least 95% decoded exact match "
                            "in distribution, one seed per group)")
     # the widest lead of the holding curve is at length 8 (0.8 vs 0.0)
     assert (f"{good} extrapolates furthest (50% mean decoded exact match over lengths 7-12, "

@@ -60,7 +60,8 @@ def describe_comparison(groups: Mapping[str, Mapping[str, Any]],
                 "extrapolate.")
     order = sorted(names, key=lambda name: -summaries[name]["ood_mean"])
     ood = [summaries[name]["ood_mean"] for name in order]
-    everyone = (f"All {len(names)} {noun} learned lengths {low}-{high} (at least "
+    every = "Both" if len(names) == 2 else f"All {len(names)}"
+    everyone = (f"{every} {noun} learned lengths {low}-{high} (at least "
                 f"{100 * learned:.0f}% {what} in distribution, {seed_note})")
     if len(order) < 2:
         return (f"{everyone}; beyond {high}, {order[0]} scores {_percents(ood)} on average.")
