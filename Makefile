@@ -17,10 +17,10 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(PYTHON) -m ruff check pe_research tests configs experiments benchmarks
-	$(PYTHON) -m pytest -n 2 --durations=15
+	$(PYTHON) -m pytest -n 2 --dist worksteal --durations=15
 
 test-fast: $(STAMP)
-	$(PYTHON) -m pytest -n 2 -m "not slow"
+	$(PYTHON) -m pytest -n 2 --dist worksteal -m "not slow"
 
 lint: $(STAMP)
 	$(PYTHON) -m ruff check pe_research tests configs experiments benchmarks
