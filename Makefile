@@ -17,7 +17,7 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(PYTHON) -m ruff check pe_research tests configs experiments benchmarks
-	$(PYTHON) -m pytest -n 2 --dist worksteal --durations=15
+	$(PYTHON) -m pytest -n 2 --dist worksteal --durations=30
 
 test-fast: $(STAMP)
 	$(PYTHON) -m pytest -n 2 --dist worksteal -m "not slow"

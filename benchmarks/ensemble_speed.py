@@ -33,7 +33,7 @@ from pe_research.model import build_model
 from pe_research.tasks import get_task
 from pe_research.training.ensemble import stack
 from pe_research.training.optimizer import make_optimizer
-from pe_research.training.steps import make_ensemble_steps, make_steps
+from pe_research.training.steps import initial_train_state, make_ensemble_steps, make_steps
 from pe_research.training.steps_per_call import check_one_shape, steps_per_call
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,9 +66,8 @@ def main() -> None:
           f"{config.model.d_model}, {args.steps} timed steps x 3 blocks, {per_call} per call")
 
     single_mesh = data_mesh()
-    single, params = make_steps(build_model(config, vocab), config.train, config.seed,
-                                single_mesh)
-    opt_state = make_optimizer(config.train).init(params)
+    # Replicated like the trainer's state: uncommitted arrays would compile the step twice.
+    single, params, opt_state = initial_train_state(config, vocab, single_mesh)
     batches = [data.global_batch(data.train_batch(task, config.data, config.seed, i),
                                  single_mesh) for i in range(max(8, 2 * per_call))]
     single_compile, single_step = timed(program(single, per_call), params, opt_state,

@@ -15,10 +15,8 @@ import jax
 from pe_research import data
 from pe_research.errors import UsageError
 from pe_research.mesh import data_mesh
-from pe_research.model import build_model
 from pe_research.tasks import get_task
-from pe_research.training import steps as steps_module
-from pe_research.training.optimizer import make_optimizer
+from pe_research.training.steps import initial_train_state
 
 # Dense bf16 peak FLOP/s of known accelerators (for MFU); CPUs report FLOP/s only.
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
@@ -107,9 +105,7 @@ def compile_train_step(config, batch_count: int = 4, per_call: int = 1) -> Compi
     runs it."""
     task = get_task(config.task.to_dict(), config.data.to_dict())
     mesh = data_mesh()
-    compiled_steps, params = steps_module.make_steps(
-        build_model(config, task.vocabulary.size), config.train, config.seed, mesh)
-    opt_state = make_optimizer(config.train).init(params)
+    compiled_steps, params, opt_state = initial_train_state(config, task.vocabulary.size, mesh)
     batch_count = max(batch_count, 2 * per_call)
     batches = [data.global_batch(data.train_batch(task, config.data, config.seed, i), mesh)
                for i in range(batch_count)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -55,16 +56,37 @@ def cli_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "pe_research.cli"]
 
 
-# Child processes of one test session share compiled executables (they train the same tiny model).
-JAX_CACHE_DIR = Path(tempfile.gettempdir()) / f"pe_research_tests_jax_cache_{os.getuid()}"
+# One test session's processes (xdist workers and the children they start) share compiled
+# executables through JAX's persistent cache: most tests compile the same tiny model. The cache
+# starts empty in every session, as on a CI machine, so no run is timed against a warm one.
+CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
+OWN_CACHE = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The session's compilation cache: made by the controller (workers inherit its
+    environment) and switched on in this process too."""
+    if not hasattr(config, "workerinput") and CACHE_ENV not in os.environ:
+        os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="pe_research_tests_jax_cache_")
+        os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.5"
+        config.stash[OWN_CACHE] = os.environ[CACHE_ENV]
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", os.environ[CACHE_ENV])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                      float(os.environ.get("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", 0.5)))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the compilation cache this session made."""
+    if OWN_CACHE in config.stash:
+        shutil.rmtree(config.stash[OWN_CACHE], ignore_errors=True)
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:
     """The test environment for child processes, without any XLA device-count override."""
     env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
     env.setdefault("WANDB_SILENT", "true")
-    env.setdefault("JAX_COMPILATION_CACHE_DIR", str(JAX_CACHE_DIR))
-    env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
     env.update(extra)
     return env
 

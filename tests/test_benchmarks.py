@@ -1,6 +1,7 @@
 """The benchmark scripts run end to end at tiny sizes and print their tables."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,13 +30,17 @@ def test_data_throughput_covers_every_task():
 
 
 @pytest.mark.slow
-def test_eval_speed_compares_bucket_and_length_compilation():
-    # Length 8 is below the tiny run's own training and eval lengths, whose buckets must stay.
-    out = run_script("benchmarks/eval_speed.py", "--max-length", "8", "--repeats", "1")
+def test_eval_speed_compares_bucket_and_length_compilation(trained_run_dir, tmp_path):
+    # Any trained run will do: a copy of the shared one spares the script training its own.
+    run_dir = tmp_path / "run"
+    shutil.copytree(trained_run_dir, run_dir)
+    # Length 4 is below the run's own training and eval lengths, whose buckets must stay.
+    out = run_script("benchmarks/eval_speed.py", "--run-dir", str(run_dir), "--max-length", "4",
+                     "--repeats", "1")
     rows = {row.split("|")[1].strip().split(" (")[0]: row.split("|")[2:4]
             for row in out.splitlines() if row.startswith("| per ")}
-    assert int(rows["per length"][0]) == 8  # one compile per length 1..8
-    assert int(rows["per bucket"][0]) <= 2  # (8, 16, 32): lengths 1..8 fill at most two
+    assert int(rows["per length"][0]) == 4  # one compile per length 1..4
+    assert int(rows["per bucket"][0]) == 1  # (8, 16, 32): sources and targets of 1..4 fit 8
     assert "same exact-match numbers: True" in out
     assert float(out.split("cache speed-up: ")[1].split("x")[0]) > 0
 
@@ -89,7 +94,8 @@ def test_run_all_names_the_choices_for_an_unknown_benchmark(tmp_path):
 def test_ensemble_speed_prints_one_row_per_member_count():
     out = run_script("benchmarks/ensemble_speed.py", "--members", "1,2", "--steps", "2",
                      "--steps-per-call", "2", "--config.model.d_model=16",
-                     "--config.model.d_ff=32", "--config.data.batch_size=8")
+                     "--config.model.d_ff=32", "--config.data.batch_size=8",
+                     "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1")
     assert "2 timed steps x 3 blocks, 2 per call" in out  # both programs run Steps.train_many
     rows = [line for line in out.splitlines() if line.startswith("| ") and "members" not in line]
     assert [row.split("|")[1].strip() for row in rows] == ["1", "2"]

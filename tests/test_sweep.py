@@ -189,8 +189,9 @@ def _wait_for(predicate, timeout: float = 300) -> None:
 
 @pytest.mark.slow
 def test_sweep_killed_then_rerun_skips_finished_runs_and_records_failures(tmp_path):
-    # Four grid points of two seeds, plus one whose eval-set folder cannot be created.
-    grid = GRID + ' + [{"model.pe.type": "rope", "data.eval_cache_dir": "/proc/pe_research_no"}]'
+    # Two grid points of two seeds, plus one whose eval-set folder cannot be created.
+    grid = ('[{"model.pe.type": "rope"}, {"model.pe.type": "alibi"}, '
+            '{"model.pe.type": "rope", "data.eval_cache_dir": "/proc/pe_research_no"}]')
     sweep_file = write_sweep(tmp_path / "s.py", grid=grid)
     workdir = tmp_path / "sweep"
     process = start_sweep(sweep_file, workdir)
@@ -202,7 +203,7 @@ def test_sweep_killed_then_rerun_skips_finished_runs_and_records_failures(tmp_pa
         process.wait()
     first = manifest_states(SweepDir(workdir).root)
     finished = [name for name, state in first.items() if state == "done"]
-    assert finished and len(finished) < 10
+    assert finished and len(finished) < 6
     stamps = {name: (workdir / name / "metrics.jsonl").stat().st_mtime for name in finished}
 
     result = subprocess.run(sweep_command(sweep_file, workdir, "--no-report"), cwd=REPO,
@@ -213,15 +214,15 @@ def test_sweep_killed_then_rerun_skips_finished_runs_and_records_failures(tmp_pa
     assert failed == ["eval_cache_dir=_proc_pe_research_no,pe.type=rope/seed_0",
                       "eval_cache_dir=_proc_pe_research_no,pe.type=rope/seed_1"] or \
         all("eval_cache_dir" in name for name in failed) and len(failed) == 2
-    assert sum(state == "done" for state in states.values()) == 8
+    assert sum(state == "done" for state in states.values()) == 4
     manifest = json.loads((workdir / "sweep.json").read_text())
     assert "pe_research_no" in manifest["runs"][failed[0]]["error"]
     for name, stamp in stamps.items():  # finished runs were not trained again
         assert (workdir / name / "metrics.jsonl").stat().st_mtime == stamp
-    assert "8 done, 2 failed (of 10 runs)" in result.stdout
+    assert "4 done, 2 failed (of 6 runs)" in result.stdout
     status = subprocess.run([*cli_command(), "sweep", "status", str(workdir)], cwd=REPO,
                             env=subprocess_env(), capture_output=True, text=True, timeout=120)
-    assert "8 done, 2 failed" in status.stdout
+    assert "4 done, 2 failed" in status.stdout
 
 
 def _alive(pid: int) -> bool:
