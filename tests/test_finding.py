@@ -18,7 +18,8 @@ COLLAPSES = [1.0] * 6 + [0.3, 0.0, 0.0, 0.0, 0.0, 0.0]  # beyond 6: mean 0.05, 0
 
 def sentence(curves: dict[str, list[list[float]]]) -> str:
     """The finding for groups of per-seed curves (fractions at LENGTHS)."""
-    runs = [RunCurve(Path(f"{name}_{seed}"), {"data": {"train_lengths": [1, 6]}}, name,
+    runs = [RunCurve(Path(f"{name}_{seed}"), {"data": {"train_lengths": [1, 6]}, "seed": seed},
+                     name,
                      LENGTHS.copy(), np.asarray(values, float), "test")
             for name, seeds in curves.items() for seed, values in enumerate(seeds)]
     groups = aggregate(runs)
@@ -51,6 +52,23 @@ def test_an_undertrained_group_is_said_instead_of_a_ranking():
     assert "undertrained" in text and "extrapolates furthest" not in text
     assert sentence({"alibi": [weak], "rope": [weak]}).startswith(
         "No group learned the training lengths 1-6 (80% and 80%")
+
+
+def test_a_group_learned_only_when_every_seed_learned():
+    weak = [1.0, 1.0, 0.9, 0.8, 0.7, 0.6] + COLLAPSES[6:]  # in distribution 83%
+    # alibi's seeds: 100% and 83% in distribution, 92% pooled: not learned.
+    text = sentence({"alibi": [HOLDS, weak], "rope": [COLLAPSES, COLLAPSES]})
+    assert text.startswith("alibi did not learn the training lengths 1-6 (83% decoded exact "
+                           "match in distribution on the weakest seed, below 95%)")
+
+
+def test_a_seed_short_at_one_training_length_is_named_after_the_ranking():
+    dip = [1.0] * 5 + [0.76] + HOLDS[6:]  # in distribution 96%, 76% at length 6
+    text = sentence({"alibi": [HOLDS, dip], "rope": [COLLAPSES, COLLAPSES]})
+    assert "alibi extrapolates furthest" in text
+    assert text.endswith(" At one training length a model falls short: alibi's seed 1 scores "
+                         "76% decoded exact match at length 6.")
+    assert "falls short" not in sentence({"alibi": [HOLDS, HOLDS], "rope": [COLLAPSES] * 2})
 
 
 def test_close_curves_do_not_part_ways():

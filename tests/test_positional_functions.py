@@ -7,7 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from pe_research.errors import ConfigError
 from pe_research.positional import alibi_slopes, apply_rope, sinusoidal, t5_relative_bucket
+from pe_research.runs.restore import check_eval_overrides
 
 
 def test_sinusoidal_matches_formula():
@@ -52,6 +54,23 @@ def test_t5_buckets_bidirectional(relative, expected):
 )
 def test_t5_buckets_unidirectional(relative, expected):
     assert int(t5_relative_bucket(jnp.asarray(relative), bidirectional=False)) == expected
+
+
+@pytest.mark.parametrize(("max_distance", "last_in_bucket_8"), [(128, 11), (1024, 14)])
+def test_t5_max_distance_decides_which_distances_share_the_first_log_bucket(max_distance,
+                                                                            last_in_bucket_8):
+    # 16 causal buckets: 0-7 exact; d joins bucket 8 while 8 * log(d / 8) / log(M / 8) < 1,
+    # that is d < 8 * (M / 8) ** (1 / 8): 11.3 for M = 128, 14.7 for M = 1024.
+    distances = jnp.arange(7, last_in_bucket_8 + 2)
+    buckets = t5_relative_bucket(-distances, bidirectional=False, num_buckets=16,
+                                 max_distance=max_distance)
+    assert buckets.tolist() == [7] + [8] * (last_in_bucket_8 - 7) + [9]
+
+
+def test_t5_max_distance_may_change_at_evaluation_but_num_buckets_may_not():
+    check_eval_overrides(["--config.model.pe.max_distance=1024"])
+    with pytest.raises(ConfigError, match="model.pe.num_buckets"):
+        check_eval_overrides(["--config.model.pe.num_buckets=64"])
 
 
 def test_rope_preserves_norm():

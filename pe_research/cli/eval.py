@@ -3,6 +3,7 @@
     pe-research eval runs/default --step best --lengths 1:64 --name long
     pe-research eval runs/default --lengths 8,16,32 --name ntk4 \\
         --config.model.pe.scaling.type=ntk --config.model.pe.scaling.factor=4
+    pe-research eval runs/t5 --lengths 1:32 --name far --config.model.pe.max_distance=1024
 
 Only test-time keys may be overridden (``runs.restore.EVAL_SAFE_KEYS``); anything that would change
 the trained model or task is refused. Results: ``RUN_DIR/eval/<name>.{json,csv,png}``.

@@ -161,16 +161,22 @@ def summarize_group(group: Mapping[str, Any], threshold: float) -> dict[str, Any
     """In-distribution and out-of-distribution value per run, then over the group's seeds.
 
     Keys follow the metric's direction: ``in_dist_max`` for accuracies, ``in_dist_min`` for
-    losses (the best seed). ``longest_*`` is only defined for fractions (accuracies).
+    losses (the best seed); ``in_dist_worst`` is the worst seed's, and ``in_dist_weakest`` the
+    worst (value, seed, length) at any training length. ``longest_*`` is only defined for
+    fractions (accuracies).
     """
     metric: Metric = group["metric"]
     lengths, values = group["lengths"], group["values"]
-    in_dist, ood = [], []
+    in_dist, ood, trained = [], [], []
     for run_values, member in zip(values, group["members"], strict=True):
         low, high = member.train_lengths
         inside, beyond = (lengths >= low) & (lengths <= high), lengths > high
         in_dist.append(metric.over_lengths(run_values[inside]))
         ood.append(metric.over_lengths(run_values[beyond]))
+        trained += [(float(value), member.config.get("seed"), int(length))
+                    for length, value in zip(lengths[inside], run_values[inside], strict=True)]
+    sign = 1 if metric.higher_is_better else -1  # worst: lowest accuracy, highest loss
+    weakest = min(trained, key=lambda t: sign * t[0], default=None)
 
     def spread(xs: list[float]) -> tuple[float, float, float]:
         """Mean, std (ddof=1; NaN for a single run) and best over the group's runs."""
@@ -182,7 +188,8 @@ def summarize_group(group: Mapping[str, Any], threshold: float) -> dict[str, Any
     (in_mean, in_std, in_best), (ood_mean, ood_std, ood_best) = spread(in_dist), spread(ood)
     fraction = metric.unit == "%" and metric.higher_is_better
     return {"runs": group["runs"], "in_dist_mean": in_mean, "in_dist_std": in_std,
-            f"in_dist_{best}": in_best, "ood_mean": ood_mean, "ood_std": ood_std,
+            f"in_dist_{best}": in_best, "in_dist_worst": min(in_dist, key=lambda v: sign * v),
+            "in_dist_weakest": weakest, "ood_mean": ood_mean, "ood_std": ood_std,
             f"ood_{best}": ood_best,
             "longest_mean": longest_above(lengths, group["mean"], threshold) if fraction else None,
             f"longest_{best}": longest_above(lengths, group["best"], threshold) if fraction

@@ -1,7 +1,9 @@
 """One sentence of what a comparison shows, computed from its numbers, never written in advance.
 
-The sentence first checks that every group learned the training range (in-distribution mean at
-least ``learned``); a comparison of undertrained models says so and stops there. Otherwise the
+The sentence first checks that every group learned the training range: each of its seeds scores
+at least ``learned`` on average over the training lengths. A comparison of undertrained models
+says so and stops there; a seed that falls below ``learned`` at one training length while its
+mean holds is named after the ranking. Otherwise the
 groups are sorted by their mean beyond the training range and split at the widest gap between
 neighbours: the curves part ways when that gap is at least ``part_ways`` and wider than the seed
 spread (std over seeds) of the two groups beside it. The length named in the sentence is the
@@ -38,7 +40,8 @@ def describe_comparison(groups: Mapping[str, Mapping[str, Any]],
 
     ``groups`` and ``summaries`` are ``compare.aggregate`` and ``compare.summarize_group``
     outputs keyed by group name: each group has ``lengths`` [L] and ``mean`` [L]; each summary
-    ``in_dist_mean``, ``ood_mean``, ``ood_std`` (NaN for one seed) and ``runs``.
+    ``in_dist_mean``, ``ood_mean``, ``ood_std`` (NaN for one seed) and ``runs``, and where known
+    ``in_dist_worst`` (the weakest seed's mean) and ``in_dist_weakest`` (value, seed, length).
     """
     low, high = train_lengths
     names = list(summaries)
@@ -50,14 +53,41 @@ def describe_comparison(groups: Mapping[str, Mapping[str, Any]],
     if not any(mask.any() for mask in beyond.values()):
         return (f"No length beyond the training range {low}-{high} was evaluated, so the "
                 "figure shows nothing about extrapolation.")
-    short = [name for name in names if not summaries[name]["in_dist_mean"] >= learned]
+    worst = {name: summaries[name].get("in_dist_worst", summaries[name]["in_dist_mean"])
+             for name in names}
+    short = [name for name in names if not worst[name] >= learned]
     if short:
-        scores = _percents([summaries[name]["in_dist_mean"] for name in short])
+        scores = _percents([worst[name] for name in short])
         head = (f"No {each} learned the training lengths {low}-{high}" if len(short) == len(names)
                 else f"{_names(short)} did not learn the training lengths {low}-{high}")
-        return (f"{head} ({scores} {what} in distribution, below {100 * learned:.0f}%), so the "
-                f"curves beyond {high} compare undertrained models, not how the {noun} "
+        seed = " on the weakest seed" if any(summaries[n]["runs"] > 1 for n in short) else ""
+        return (f"{head} ({scores} {what} in distribution{seed}, below {100 * learned:.0f}%), "
+                f"so the curves beyond {high} compare undertrained models, not how the {noun} "
                 "extrapolate.")
+    return _ranking(groups, summaries, names, (low, high), learned, part_ways, what, noun,
+                    seed_note) + _shortfall(summaries, learned, what)
+
+
+def _shortfall(summaries: Mapping[str, Mapping[str, Any]], learned: float, what: str) -> str:
+    """' But ... scores 64% at length 10.' when a seed falls below ``learned`` at some training
+    length (its mean over them still reaching it); else ''."""
+    weakest = [(s["in_dist_weakest"], name) for name, s in summaries.items()
+               if s.get("in_dist_weakest") is not None]
+    if not weakest:
+        return ""
+    (value, seed, length), name = min(weakest, key=lambda item: item[0][0])
+    if value >= learned:
+        return ""
+    who = f"{name}'s seed {seed}" if summaries[name]["runs"] > 1 else name
+    return (f" At one training length a model falls short: {who} scores {100 * value:.0f}% "
+            f"{what} at length {length}.")
+
+
+def _ranking(groups: Mapping[str, Mapping[str, Any]], summaries: Mapping[str, Mapping[str, Any]],
+             names: Sequence[str], train_lengths: tuple[int, int], learned: float,
+             part_ways: float, what: str, noun: str, seed_note: str) -> str:
+    """The sentence once every group learned: one group's mean, a tie, or where they part."""
+    low, high = train_lengths
     order = sorted(names, key=lambda name: -summaries[name]["ood_mean"])
     ood = [summaries[name]["ood_mean"] for name in order]
     every = "Both" if len(names) == 2 else f"All {len(names)}"

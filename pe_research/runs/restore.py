@@ -30,9 +30,10 @@ from pe_research.tasks import Task, Vocabulary, get_task
 
 CHECKPOINT_CHOICES = ("best", "latest")
 # Keys a saved run may change when restored: test-time settings, never the model or the task.
-EVAL_SAFE_KEYS = ("model.pe.scaling", "model.pe.randomize.eval_policy", "model.dtype",
-                  "model.attention_implementation", "data.buckets", "data.eval_samples",
-                  "data.eval_cache_dir", "eval", "wandb")
+# model.pe.max_distance is T5's map from distances to its trained buckets, not a weight shape.
+EVAL_SAFE_KEYS = ("model.pe.scaling", "model.pe.randomize.eval_policy", "model.pe.max_distance",
+                  "model.dtype", "model.attention_implementation", "data.buckets",
+                  "data.eval_samples", "data.eval_cache_dir", "eval", "wandb")
 
 
 @dataclasses.dataclass
