@@ -71,6 +71,12 @@ def test_a_seed_short_at_one_training_length_is_named_after_the_ranking():
     assert "falls short" not in sentence({"alibi": [HOLDS, HOLDS], "rope": [COLLAPSES] * 2})
 
 
+def test_one_group_is_named_not_counted():
+    assert sentence({"alibi": [HOLDS]}) == (
+        "alibi learned lengths 1-6 (at least 95% decoded exact match in distribution, one seed "
+        "per group); beyond 6, alibi scores 50% on average.")
+
+
 def test_close_curves_do_not_part_ways():
     near = [1.0] * 6 + [0.9, 0.8, 0.6, 0.4, 0.1, 0.0]  # beyond 6: mean 0.467
     text = sentence({"alibi": [HOLDS], "rope": [near]})

@@ -2,12 +2,12 @@
 
 The sentence first checks that every group learned the training range: each of its seeds scores
 at least ``learned`` on average over the training lengths. A comparison of undertrained models
-says so and stops there; a seed that falls below ``learned`` at one training length while its
-mean holds is named after the ranking. Otherwise the
-groups are sorted by their mean beyond the training range and split at the widest gap between
-neighbours: the curves part ways when that gap is at least ``part_ways`` and wider than the seed
-spread (std over seeds) of the two groups beside it. The length named in the sentence is the
-evaluated length beyond training where the two sides' mean curves are furthest apart.
+says so and stops there. Otherwise the groups are sorted by their mean beyond the training range
+and split at the widest gap between neighbours: the curves part ways when that gap is at least
+``part_ways`` and wider than the seed spread (std over seeds) of the two groups beside it. The
+length named in the sentence is the evaluated length beyond training where the two sides' mean
+curves are furthest apart. A seed below ``learned`` at one training length (its mean still
+reaching it) is named last.
 """
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ def describe_comparison(groups: Mapping[str, Mapping[str, Any]],
 
 
 def _shortfall(summaries: Mapping[str, Mapping[str, Any]], learned: float, what: str) -> str:
-    """' But ... scores 64% at length 10.' when a seed falls below ``learned`` at some training
-    length (its mean over them still reaching it); else ''."""
+    """' At one training length a model falls short: ...' naming the weakest (group, seed,
+    length) when it scores below ``learned``; else ''."""
     weakest = [(s["in_dist_weakest"], name) for name, s in summaries.items()
                if s.get("in_dist_weakest") is not None]
     if not weakest:
@@ -90,8 +90,8 @@ def _ranking(groups: Mapping[str, Mapping[str, Any]], summaries: Mapping[str, Ma
     low, high = train_lengths
     order = sorted(names, key=lambda name: -summaries[name]["ood_mean"])
     ood = [summaries[name]["ood_mean"] for name in order]
-    every = "Both" if len(names) == 2 else f"All {len(names)}"
-    everyone = (f"{every} {noun} learned lengths {low}-{high} (at least "
+    every = {1: names[0], 2: f"Both {noun}"}.get(len(names), f"All {len(names)} {noun}")
+    everyone = (f"{every} learned lengths {low}-{high} (at least "
                 f"{100 * learned:.0f}% {what} in distribution, {seed_note})")
     if len(order) < 2:
         return (f"{everyone}; beyond {high}, {order[0]} scores {_percents(ood)} on average.")
