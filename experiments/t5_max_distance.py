@@ -10,9 +10,8 @@ at ``--lengths`` once per max_distance M, into ``RUN/eval/max_distance_<M>.json`
 reused on a rerun). T5's bias table is ``[num_buckets, H]`` whatever M is; M only decides which
 distances share a bucket (``positional/t5.py``). Prints per group and M the in-distribution and
 beyond-training means over seeds and the steepest one-length fall of the mean beyond training
-(where the curve breaks), and writes
-one figure: a panel per group, a curve per M (mean over seeds, band: min-max), training range
-marked.
+(where the curve breaks), and writes one figure: a panel per group, a curve per M (mean over
+seeds, band: min-max), training range marked.
 """
 
 from __future__ import annotations
