@@ -23,12 +23,13 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from pe_research.atomic_files import atomic_savefig
 from pe_research.cli.eval import parse_lengths
 from pe_research.config import load_run_config
+from pe_research.data import covering_buckets
 from pe_research.errors import UsageError
 from pe_research.evaluation.plots import mark_training_range
-from pe_research.evaluation.results import evaluate_and_write, read_results
-from pe_research.runs.run_dir import RunDir
+from pe_research.evaluation.results import cached_exact_match
 
 
 def group_runs(group: Path) -> list[Path]:
@@ -47,18 +48,11 @@ def group_runs(group: Path) -> list[Path]:
 
 def exact_match(run: Path, max_distance: int, lengths: tuple[int, ...]) -> np.ndarray:
     """Decoded exact match [L] of ``run`` at ``lengths`` with T5's max_distance set to M."""
-    name = f"max_distance_{max_distance}"
-    path = RunDir(run).eval_results(name)
-    if path.exists():
-        rows = {row["length"]: row["exact_match"] for row in read_results(path)["rows"]}
-        if all(n in rows for n in lengths):
-            return np.array([rows[n] for n in lengths])
     # A bucket wide enough for the longest length (sources, and targets up to twice as long).
-    buckets = tuple(sorted({*load_run_config(run, validate=False).data.buckets,
-                            1 << (2 * max(lengths) + 1).bit_length()}))
-    _, result, _ = evaluate_and_write(run, lengths=lengths, name=name, overrides=[
+    buckets = covering_buckets(load_run_config(run, validate=False).data.buckets,
+                               2 * max(lengths) + 1)
+    return cached_exact_match(run, f"max_distance_{max_distance}", lengths, [
         f"model.pe.max_distance={max_distance}", f"data.buckets={buckets}"])
-    return np.array([row.exact_match for row in result.rows])
 
 
 def main() -> None:
@@ -107,7 +101,7 @@ def main() -> None:
     figure.suptitle("T5 bias with max_distance changed at evaluation (mean over seeds, "
                     "band: min-max)")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(args.out, dpi=110)
+    atomic_savefig(figure, args.out, dpi=110)
     print(f"\nfigure: {args.out}")
 
 

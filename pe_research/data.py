@@ -52,6 +52,14 @@ def bucket_length(n: int, buckets: Sequence[int]) -> int:
                       f"no bucket holds {n} tokens; add one >= {n} (e.g. {_next_power_of_two(n)})")
 
 
+def covering_buckets(buckets: Sequence[int], width: int) -> tuple[int, ...]:
+    """``buckets``, plus the next power of two >= ``width`` when no bucket holds it."""
+    widths = {int(b) for b in buckets}
+    if max(widths, default=0) < width:
+        widths.add(_next_power_of_two(width))
+    return tuple(sorted(widths))
+
+
 def make_batch(examples: Examples, source_width: int, target_width: int) -> Batch:
     """Examples -> Batch padded to ``[B, source_width]`` and ``[B, target_width]``."""
     count = len(examples)

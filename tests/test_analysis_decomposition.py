@@ -13,16 +13,18 @@ from pe_research.analysis.decomposition import (
     ADDITIVE_TERMS,
     all_site_terms,
     attention_terms,
+    attention_weights,
     decompose,
     qk_logits,
     self_attention_sites,
     term_description,
+    weight_statistics,
 )
 from pe_research.analysis.streams import Split, split_layer_norm, trace_encoder
 from pe_research.analysis.vectors import input_parts
 from pe_research.model import SingleStackTransformer
 from pe_research.positional import SCHEMES
-from pe_research.positional.explicit_attention import masked_softmax, weighted_values
+from pe_research.positional.explicit_attention import weighted_values
 
 
 def tiny_batch(seed: int = 0, batch: int = 2, source_len: int = 7, target_len: int = 6):
@@ -145,8 +147,7 @@ def test_position_terms_of_a_post_ln_first_layer_match_the_formula():
 def attention_from_terms(site, terms) -> np.ndarray:
     """The layer's output rebuilt from its terms: softmax(sum / sqrt(D)) . v, projected."""
     attention, x = site.attention, site.seen.total
-    logits = sum(terms.values()) / math.sqrt(attention.head_dim)
-    probs = masked_softmax(logits, site.mask)
+    probs = attention_weights(terms, site.mask, attention.head_dim)
     return attention.output(weighted_values(probs, attention.value(x)))
 
 
@@ -239,3 +240,38 @@ def test_input_parts_sum_to_the_models_embedding(combine):
     token, position = input_parts(model, tokens, positions)
     np.testing.assert_allclose(token + position, model.embed_inputs(tokens, positions, None),
                                atol=1e-5)
+
+
+def test_weight_statistics_of_one_hot_and_uniform_causal_weights():
+    """One key at distance 2 (clipped to key 0 early on), and uniform over the causal past."""
+    T = 6
+    mask = np.tril(np.ones((1, T, T), bool))
+    mask[0, 5] = False  # a padded query: left out of both means
+    one_hot = np.zeros((1, 2, T, T))
+    for t in range(T):
+        one_hot[0, 0, t, max(t - 2, 0)] = 1.0
+    one_hot[0, 1] = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]
+    stats = weight_statistics(one_hot, mask)
+    # Queries 0-4: distances 0, 1, 2, 2, 2 for head 0; t/2 for uniform head 1.
+    np.testing.assert_allclose(stats["mean_distance"], [7 / 5, np.mean(np.arange(5) / 2)])
+    np.testing.assert_allclose(stats["mean_entropy"], [0.0, np.mean(np.log(np.arange(1, 6)))],
+                               atol=1e-12)
+
+
+def test_decompose_gives_the_softmax_weights_of_its_terms():
+    model = tiny_model("t5", num_encoder_layers=1)
+    batch = tiny_batch()
+    sites = decompose(model, batch, example=1)
+    for site, (terms, mask) in zip(sites, site_terms(model, batch), strict=True):
+        logits = sum(np.asarray(t, np.float64) for t in terms.values()) / math.sqrt(8)
+        logits = np.where(np.asarray(mask)[:, None], logits, -np.inf)
+        expected = np.exp(logits - logits.max(-1, keepdims=True))
+        expected /= expected.sum(-1, keepdims=True)
+        rows = np.asarray(mask).any(-1)  # padded queries see nothing
+        np.testing.assert_allclose(site["weights"].transpose(0, 2, 1, 3)[rows],
+                                   expected.transpose(0, 2, 1, 3)[rows], atol=1e-6)
+        length = 5 if site["stack"] == "encoder" else 4
+        np.testing.assert_array_equal(site["example_weights"],
+                                      site["weights"][1, :, :length, :length])
+        np.testing.assert_allclose(site["attention"]["mean_distance"],
+                                   weight_statistics(site["weights"], mask)["mean_distance"])

@@ -44,7 +44,7 @@ def test_analyze_writes_figures_numbers_and_table(analyzed):
         np.testing.assert_allclose(np.sum([shares[t] for t in site["terms"]], axis=0), 1.0)
     assert {p.name for p in out.glob("*.png")} == {
         "decomposition_encoder_self_layer_0.png", "decomposition_decoder_self_layer_0.png",
-        "decomposition_shares.png"}
+        "decomposition_shares.png", "attention_weights.png"}
     table = (out / "decomposition.md").read_text()
     share = sites[0]["statistics"]["share"]["content"][0]
     assert "| encoder_self/layer_0 | 0 | " in table and f"({share:.1%})" in table
@@ -74,6 +74,14 @@ def test_saved_terms_add_up_to_the_restored_models_logits(analyzed, monkeypatch)
         total = sum(arrays[f"decomposition_{name}/{term}"] for term in ("content", "qk_transform"))
         length = total.shape[-1]
         np.testing.assert_allclose(total, full[0, :, :length, :length], rtol=1e-4, atol=1e-4)
+        # The saved weights are the softmax the model takes of those logits.
+        logits = full[0, :, :length, :length] / math.sqrt(
+            run.model.config.d_model // run.model.config.num_heads)
+        if name.startswith("decoder"):
+            logits = np.where(np.tril(np.ones((length, length), bool)), logits, -np.inf)
+        expected = np.exp(logits - logits.max(-1, keepdims=True))
+        np.testing.assert_allclose(arrays[f"attention_weights_{name}"],
+                                   expected / expected.sum(-1, keepdims=True), atol=1e-5)
 
 
 def test_restored_parameters_are_the_trained_ones(trained_run_dir):
@@ -96,7 +104,7 @@ def test_analysis_is_logged_to_the_runs_wandb(analyzed):
     files = runs[0] / "files"
     logged = {p.name.rsplit("_", 2)[0] for p in (files / figures).glob("*")}
     assert logged == {"decomposition_encoder_self_layer_0", "decomposition_decoder_self_layer_0",
-                      "decomposition_shares"}
+                      "decomposition_shares", "attention_weights"}
     assert json.loads((files / "step_40" / REPORT_FILE).read_text())["step"] == 40
     assert (run_dir / "wandb_run_id").read_text().strip() in runs[0].name
 

@@ -30,6 +30,12 @@ def test_bucket_length():
         data.bucket_length(129, BUCKETS)
 
 
+def test_covering_buckets_add_a_power_of_two_only_when_none_is_wide_enough():
+    assert data.covering_buckets((8, 16, 32), 21) == (8, 16, 32)
+    assert data.covering_buckets((32, 8, 16), 33) == (8, 16, 32, 64)
+    assert data.covering_buckets((9, 16, 24, 32), 65) == (9, 16, 24, 32, 128)
+
+
 def test_make_batch_layout():
     examples = Examples(source=np.array([[5, 6, 7], [8, 0, 0]]), source_lengths=np.array([3, 1]),
                         target=np.array([[9, 9], [4, 0]]), target_lengths=np.array([2, 1]),

@@ -185,3 +185,19 @@ def test_eval_shows_a_progress_bar_over_lengths_once_it_takes_a_while(run_copy, 
     monkeypatch.setattr("pe_research.evaluation.range_eval.PROGRESS_DELAY_S", 60.0)
     assert cli.main(["eval", str(run_copy), "--lengths", "4,8", "--name", "bar"]) == 0
     assert "eval:" not in capsys.readouterr().err  # quick evaluations stay quiet
+
+
+def test_cached_exact_match_reads_its_file_only_under_the_same_overrides(run_copy):
+    from pe_research.evaluation.results import cached_exact_match, results_path
+
+    first = cached_exact_match(run_copy, "cached", (1, 2), ["data.buckets=(8, 16, 32)"])
+    path = results_path(run_copy, "cached")
+    record = json.loads(path.read_text())
+    np.testing.assert_array_equal(first, [row["exact_match"] for row in record["rows"]])
+    record["rows"][0]["exact_match"] = 0.123  # a marker: a reread returns it
+    path.write_text(json.dumps(record))
+    # Bucket widths only pad; other lengths or another override mean evaluating again.
+    assert cached_exact_match(run_copy, "cached", (1,), ["data.buckets=(8, 16, 64)"])[0] == 0.123
+    assert cached_exact_match(run_copy, "cached", (1, 2, 3))[0] == pytest.approx(first[0])
+    again = cached_exact_match(run_copy, "cached", (1, 2), ["data.eval_samples=16"])
+    assert again[0] != 0.123

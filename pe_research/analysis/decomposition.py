@@ -25,6 +25,9 @@ softmax receives (before masking), for every scheme. PoPE's transformed queries 
 twice as wide; its ``qk_transform`` is taken over that width, with the same 1/sqrt(head_dim).
 Shaw with value embeddings also adds a value term to the attention output, which is not a
 logit; such layers carry a ``note`` saying so.
+
+The softmax of the terms' sum over sqrt(head_dim), masked, is the layer's attention weights:
+``attention_weights``, with the distance each head attends over and its entropy.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from pe_research.model import TokenModel
 from pe_research.model.single_stack import self_visible
 from pe_research.positional import SCHEMES
 from pe_research.positional.base import PositionalScheme
+from pe_research.positional.explicit_attention import masked_softmax
 
 ADDITIVE_TERMS = ("token_token", "token_position", "position_token", "position_position")
 TERM_DESCRIPTIONS = {
@@ -110,6 +114,27 @@ def attention_terms(site: AttentionSite) -> dict[str, jax.Array]:
         for name, values in own.items():
             terms[name] = values.astype(jnp.float32) * math.sqrt(attention.head_dim)
     return terms
+
+
+def attention_weights(terms: dict[str, Any], mask_BxTxS: Any, head_dim: int) -> jax.Array:
+    """The layer's softmax weights ``[B, H, T, S]``: the terms sum to sqrt(head_dim) x logits."""
+    logits = sum(jnp.asarray(t, jnp.float32) for t in terms.values()) / math.sqrt(head_dim)
+    return masked_softmax(logits, jnp.asarray(mask_BxTxS, bool))
+
+
+def weight_statistics(weights_BxHxTxS: Any, mask_BxTxS: Any) -> dict[str, list[float]]:
+    """Per head, over queries that see a key: the mean distance attended, ``sum_s w[t, s] |t -
+    s|`` in tokens, and the mean entropy of the weights in nats (0: one key; log n: uniform)."""
+    weights = np.asarray(weights_BxHxTxS, np.float64)
+    mask = np.asarray(mask_BxTxS, bool)
+    queries = mask.any(axis=-1)[:, None]  # [B, 1, T]: padded queries see nothing
+    count = np.maximum(np.broadcast_to(queries, weights.shape[:3]).sum(axis=(0, 2)), 1)
+    t, s = np.arange(weights.shape[2]), np.arange(weights.shape[3])
+    distance = np.sum(weights * np.abs(t[:, None] - s[None, :]), axis=-1)  # [B, H, T]
+    entropy = -np.sum(np.where(mask[:, None], weights * np.log(np.maximum(weights, 1e-30)), 0.0),
+                      axis=-1)
+    return {"mean_distance": (np.sum(distance * queries, axis=(0, 2)) / count).tolist(),
+            "mean_entropy": (np.sum(entropy * queries, axis=(0, 2)) / count).tolist()}
 
 
 VALUE_TERM_NOTE = ("the scheme also adds a value term to the attention output (Shaw's "
@@ -197,8 +222,10 @@ def decompose(model: TokenModel, batch: dict[str, Any], example: int = 0, *,
     """Every encoder and decoder self-attention layer of ``model`` on ``batch`` (a Batch dict).
 
     Positions default to ``0 .. n-1``. Returns one dict per layer: name, stack, layer, shown,
-    note, terms (names), statistics, and ``example``: each term's ``[H, T, S]`` map for one
-    example cut to its real length (with ``example_mask``, the visible pairs).
+    note, terms (names), statistics, ``attention`` (``weight_statistics`` of the softmax
+    weights), and for one example cut to its real length: ``example``, each term's ``[H, T, S]``
+    map, ``example_weights``, the weights ``[H, T, S]``, and ``example_mask``, the visible pairs;
+    ``weights``: the whole batch's weights ``[B, H, T, S]``.
     """
     source = jnp.asarray(batch["source"])
     target_input = jnp.asarray(batch["target_input"])
@@ -226,6 +253,7 @@ def decompose(model: TokenModel, batch: dict[str, Any], example: int = 0, *,
         order = [*(n for n in TERM_ORDER if n in terms), *(n for n in terms if n not in TERM_ORDER)]
         terms = {name: np.asarray(terms[name]) for name in order}
         mask, (start, end) = np.asarray(mask), windows[stack]
+        weights = np.asarray(attention_weights(terms, mask, attention.head_dim))
         value_term = attention.kind in scheme.acts_in and scheme.adds_value_term
         results.append({
             "name": f"{stack}_self/layer_{layer}",
@@ -235,7 +263,10 @@ def decompose(model: TokenModel, batch: dict[str, Any], example: int = 0, *,
             "note": VALUE_TERM_NOTE if value_term else "",
             "terms": list(terms),
             "statistics": term_statistics(terms, mask),
+            "attention": weight_statistics(weights, mask),
             "example": {name: t[example, :, start:end, start:end] for name, t in terms.items()},
+            "example_weights": weights[example, :, start:end, start:end],
+            "weights": weights,
             "example_mask": mask[example, start:end, start:end],
         })
     return results

@@ -139,6 +139,33 @@ def decomposition_heatmaps(site: Mapping[str, Any], title: str) -> Figure:
     return figure
 
 
+def attention_weights_figure(sites: list[Mapping[str, Any]], title: str) -> Figure:
+    """Every layer's (rows) and head's (columns) softmax weights on one example, scale 0-1."""
+    heads = max(site["example_weights"].shape[0] for site in sites)
+    figure = Figure(figsize=(2.4 * heads + 1, 2.3 * len(sites) + 0.8), layout="constrained")
+    grid = figure.subplots(len(sites), heads, squeeze=False)
+    for row, site in enumerate(sites):
+        mask = np.asarray(site["example_mask"])
+        for head in range(heads):
+            axes = grid[row, head]
+            if head >= site["example_weights"].shape[0]:
+                axes.set_axis_off()
+                continue
+            image = axes.imshow(np.where(mask, site["example_weights"][head], np.nan),
+                                cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
+            distance = site["attention"]["mean_distance"][head]
+            axes.set_title(f"{site['name']} head {head}\nmean distance {distance:.1f}",
+                           fontsize=7)
+            axes.set_xlabel("key position (token index)", fontsize=7)
+            axes.set_ylabel("query position (token index)", fontsize=7)
+            axes.tick_params(labelsize=6)
+    figure.colorbar(image, ax=grid, shrink=0.6,
+                    label="attention weight (each row sums to 1; masked pairs blank)")
+    figure.suptitle(f"{title}: attention weights of one example (mean distance over the batch, "
+                    "in tokens)", fontsize=9)
+    return figure
+
+
 def decomposition_shares_figure(sites: list[Mapping[str, Any]], title: str) -> Figure:
     """Stacked share of mean |term| for every layer and head."""
     names = list(dict.fromkeys(name for site in sites for name in site["terms"]))

@@ -74,6 +74,10 @@ MEASURED = {
                      "each LayerNorm's affine map, mean and sigma taken from the whole input, "
                      "bias to content); the content part is everything else, so at deeper "
                      "layers it includes earlier sublayers' outputs.",
+    "decomposition.sites.attention": "the softmax weights those logits give (masked pairs "
+                                     "excluded), per head over the queries that see a key: "
+                                     "mean_distance = mean of sum_s w[t, s] |t - s| in tokens, "
+                                     "mean_entropy = mean of -sum_s w log w in nats.",
 }
 
 
@@ -140,14 +144,17 @@ def decomposition_report(sites: list[dict[str, Any]], title: str = "") -> Report
         "units": UNITS,
         "terms": {name: term_description(name) for s in sites for name in s["terms"]},
         "sites": [{key: s[key] for key in ("name", "stack", "layer", "shown", "note",
-                                           "terms", "statistics")} for s in sites],
+                                           "terms", "statistics", "attention")} for s in sites],
     }
     for site in sites:
         stem = "decomposition_" + site["name"].replace("/", "_")
         report.figures[stem] = figures.decomposition_heatmaps(site, f"{title}: {site['name']}")
         for name, values in site["example"].items():
             report.arrays[f"{stem}/{name}"] = values
+        report.arrays[f"attention_weights_{site['name'].replace('/', '_')}"] = (
+            site["example_weights"])
     if sites:
+        report.figures["attention_weights"] = figures.attention_weights_figure(sites, title)
         report.figures["decomposition_shares"] = figures.decomposition_shares_figure(
             sites, f"{title}: share of each logit term")
     return report

@@ -4,7 +4,7 @@ app      the parser, ``COMMANDS`` (subcommand -> module) and ``main``
 train    ``pe-research train``: a config file (+ overrides) -> a run directory
 eval     ``pe-research eval``: a run over a grid of lengths -> ``RUN_DIR/eval/<name>.*``
 compare  ``pe-research compare``: runs grouped by a config key -> ``comparison.*``
-analyze  ``pe-research analyze``: geometry of positions, attention decomposition
+analyze  ``pe-research analyze``: geometry of positions, attention decomposition and weights
 data     ``pe-research data``: tasks, examples, SCAN files, frozen eval sets
 """
 

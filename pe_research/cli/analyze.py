@@ -1,4 +1,4 @@
-"""``pe-research analyze``: geometry of positions and the attention decomposition.
+"""``pe-research analyze``: geometry of positions, the attention decomposition and weights.
 
     pe-research analyze RUN_DIR [--step best|latest|N] [--out DIR] [--length N] [--examples N]
                                 [--config.KEY=VALUE ...]   (eval-time keys, e.g. model.pe.scaling)
@@ -6,8 +6,10 @@
     pe-research analyze --embeddings gpt2.safetensors --key wpe [--token-embeddings wte]
                         [--ln-scale h.0.ln_1.weight --ln-bias h.0.ln_1.bias] [--out DIR]
 
-The first reads a trained run and writes ``RUN_DIR/analysis/step_<N>/`` (PNGs, analysis.json,
-analysis_arrays.npz, decomposition.md), then logs it to the run's W&B run. The second (analytic
+The first reads a trained run and writes ``RUN_DIR/analysis/step_<N>/`` (PNGs, among them
+attention_weights.png: every layer's and head's weights on one example of task length
+``--length``; analysis.json; analysis_arrays.npz; decomposition.md), then logs it to the run's
+W&B run. The second (analytic
 mode) needs no run: it draws a fixed scheme's position vectors and writes their geometry. The
 third reads a position-embedding matrix trained elsewhere (and optionally the token embeddings and
 the first LayerNorm) from a ``.safetensors`` or ``.npz`` file and writes the same geometry.
@@ -123,7 +125,8 @@ def headline(results: dict[str, Any]) -> list[str]:
         lines.append(f"PCA explained variance ratio (PC1-3): {ratios}")
     for site in results.get("decomposition", {}).get("sites", []):
         shares = ", ".join(f"{k} {v:.1%}" for k, v in site["statistics"]["share_all_heads"].items())
-        lines.append(f"{site['name']}: {shares}")
+        distances = ", ".join(f"{d:.1f}" for d in site["attention"]["mean_distance"])
+        lines.append(f"{site['name']}: {shares}; mean distance attended per head: {distances}")
     return lines
 
 

@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "data": ("pe_research.cli.data", "inspect tasks and build evaluation sets"),
     "eval": ("pe_research.cli.eval", "evaluate a trained run over a grid of lengths"),
     "compare": ("pe_research.cli.compare", "compare extrapolation curves across runs"),
-    "analyze": ("pe_research.cli.analyze", "look inside a trained model's positions"),
+    "analyze": ("pe_research.cli.analyze", "look inside a trained model's positions and attention"),
     "table": ("pe_research.cli.table", "the papers' table: tasks x schemes, plain and "
               "randomized"),
     "sweep": ("pe_research.cli.sweep", "run a grid of configs (seeds stacked), follow it, "

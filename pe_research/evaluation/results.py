@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import numpy as np
 
 from pe_research.atomic_files import atomic_open, atomic_write_text
 from pe_research.config import to_dict
@@ -129,3 +130,23 @@ def evaluate_and_write(run_dir: str | Path, *, checkpoint: str | int | None = No
     if wandb_path:
         paths["wandb"] = Path(wandb_path)
     return run, result, paths
+
+
+def _without_buckets(overrides: Sequence[str]) -> set[str]:
+    """Overrides that change results (bucket widths only pad, and padding is masked)."""
+    return {o for o in overrides if not o.startswith("data.buckets=")}
+
+
+def cached_exact_match(run_dir: str | Path, name: str, lengths: Sequence[int],
+                       overrides: Sequence[str] = ()) -> np.ndarray:
+    """Decoded exact match ``[L]`` at ``lengths``: read from ``eval/<name>.json`` when it holds
+    every length under the same overrides, else evaluated (as ``pe-research eval``) and written."""
+    path = results_path(run_dir, name)
+    if path.exists():
+        record = read_results(path)
+        rows = {row["length"]: row["exact_match"] for row in record["rows"]}
+        if (all(n in rows for n in lengths)
+                and _without_buckets(record["overrides"]) == _without_buckets(overrides)):
+            return np.array([rows[n] for n in lengths])
+    _, result, _ = evaluate_and_write(run_dir, lengths=lengths, name=name, overrides=overrides)
+    return np.array([row.exact_match for row in result.rows])
