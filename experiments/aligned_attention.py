@@ -49,16 +49,14 @@ from pe_research.data import covering_buckets
 from pe_research.errors import UsageError
 from pe_research.evaluation.plots import mark_training_range
 from pe_research.evaluation.results import cached_exact_match
+from pe_research.runs.run_dir import grid_point_runs
 
 AS_TRAINED = "as trained"
 
 
 def group_runs(group: Path) -> list[Path]:
     """The runs of ``group`` (its ``seed_*`` directories, or the run itself), checked."""
-    runs = sorted(group.glob("seed_*")) if not (group / "config.json").exists() else [group]
-    if not runs:
-        raise UsageError(f"{group}: no run here (neither config.json nor seed_*/); give a run "
-                         "directory or a sweep's grid-point directory")
+    runs = grid_point_runs(group)
     for run in runs:
         config = load_run_config(run, validate=False)
         check_alignable(config.task.name, config.model.architecture)
@@ -93,10 +91,12 @@ def aligned_curve(run: Path, overrides: list[str], lengths: tuple[int, ...], exa
 
 def trained_value(config: Any, key: str) -> str:
     """The run's own value of ``key`` (e.g. ``model.pe.max_distance``) as text, or ''."""
+    if not key:
+        return ""
     value = config
-    for part in key.split(".") if key else ():
-        value = getattr(value, part, None) if value is not None else None
-    return "" if value is None or not key else str(value)
+    for part in key.split("."):
+        value = getattr(value, part, None)
+    return "" if value is None else str(value)
 
 
 def steepest_fall(x: np.ndarray, values: np.ndarray, beyond: np.ndarray) -> str:

@@ -30,14 +30,12 @@ from pe_research.data import covering_buckets
 from pe_research.errors import UsageError
 from pe_research.evaluation.plots import mark_training_range
 from pe_research.evaluation.results import cached_exact_match
+from pe_research.runs.run_dir import grid_point_runs
 
 
 def group_runs(group: Path) -> list[Path]:
     """The T5 runs of ``group`` (its ``seed_*`` directories, or the run itself)."""
-    runs = sorted(group.glob("seed_*")) if not (group / "config.json").exists() else [group]
-    if not runs:
-        raise UsageError(f"{group}: no run here (neither config.json nor seed_*/); give a run "
-                         "directory or a sweep's grid-point directory")
+    runs = grid_point_runs(group)
     for run in runs:
         scheme = load_run_config(run, validate=False).model.pe.type
         if scheme != "t5":

@@ -56,3 +56,18 @@ def test_eval_and_analyze_fall_back_to_the_previous_step(corrupt_run, capsys, mo
     assert main(["eval", str(corrupt_run), "--step", "40", "--lengths", "4"]) == 2
     error = capsys.readouterr().err.strip()
     assert "checkpoint step 40" in error and "unreadable" in error and "\n" not in error
+
+
+def test_grid_point_runs_are_its_seed_directories_or_the_run_itself(tmp_path):
+    from pe_research.errors import UsageError
+    from pe_research.runs.run_dir import grid_point_runs
+
+    for seed in (1, 0):
+        (tmp_path / "point" / f"seed_{seed}").mkdir(parents=True)
+    assert grid_point_runs(tmp_path / "point") == [tmp_path / "point" / "seed_0",
+                                                   tmp_path / "point" / "seed_1"]
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text("{}")
+    assert grid_point_runs(tmp_path / "run") == [tmp_path / "run"]
+    with pytest.raises(UsageError, match="no run here"):
+        grid_point_runs(tmp_path / "empty")

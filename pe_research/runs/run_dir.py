@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pe_research.errors import ConfigError
+from pe_research.errors import ConfigError, UsageError
 from pe_research.tasks.vocabulary import VOCABULARY_FILE
 
 HISTORY_KEY = "history"  # in config.json, beside the config: what changed on each resume
@@ -36,6 +36,17 @@ def check_eval_name(name: str) -> str:
     if not EVAL_NAME_PATTERN.match(name):
         raise ConfigError("--name", name, "letters, digits, '_', '.', '-' (a file name)")
     return name
+
+
+def grid_point_runs(group: str | Path) -> list[Path]:
+    """The runs of a sweep's grid point (its ``seed_*`` directories), or ``[group]`` when it is
+    itself a run; a one-line UsageError when it is neither."""
+    group = Path(group)
+    runs = [group] if (group / "config.json").exists() else sorted(group.glob("seed_*"))
+    if not runs:
+        raise UsageError(f"{group}: no run here (neither config.json nor seed_*/); give a run "
+                         "directory or a sweep's grid-point directory")
+    return runs
 
 
 @dataclasses.dataclass(frozen=True)
