@@ -115,6 +115,9 @@ def measure_group(group: Path, runs: list[Path], key: str, values: list[str],
     if high not in lengths:
         raise UsageError(f"--lengths leaves out {high}, the longest training length of {group}, "
                          "where the aligned head is chosen")
+    if max(lengths) <= high:
+        raise UsageError(f"--lengths stops at {max(lengths)}: give at least one length beyond "
+                         f"{high}, the longest training length of {group}")
     x = np.array(lengths)
     heads = {}
     for run in runs:  # the aligned head, chosen once with the run as trained

@@ -134,3 +134,12 @@ def test_an_encoder_decoder_run_is_refused_in_one_line(trained_run_dir):
     assert done.stderr == ("error: model.architecture='encoder_decoder': aligned attention "
                            "reads the self-attention of a decoder-only model; give a "
                            "decoder_only run\n")
+
+
+def test_lengths_that_stop_within_training_are_refused_in_one_line(copy_run):
+    done = subprocess.run([sys.executable, str(SCRIPT), str(copy_run), "--lengths", "2,8"],
+                          cwd=REPO, env=subprocess_env(), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2
+    assert done.stderr == (f"error: --lengths stops at 8: give at least one length beyond 8, "
+                           f"the longest training length of {copy_run}\n")

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from tiny_models import arange_positions, random_inputs, tiny_model
+from tiny_models import arange_positions, random_inputs, spread_parameters, tiny_model
 
 from pe_research.model.decoding import NEVER, PAD_ID, greedy_decode, naive_greedy_decode
 from pe_research.positional.registry import SCHEMES
@@ -22,12 +22,7 @@ def compiled(function, *args):
 
 def spread_model(scheme: str, seed: int = 0):
     """A tiny model with every parameter redrawn N(0, 1), so greedy outputs vary by position."""
-    graphdef, state = nnx.split(tiny_model(scheme, tie_output=False, scale_embedding=False))
-    leaves, treedef = jax.tree.flatten(state)
-    keys = jax.random.split(jax.random.key(seed), len(leaves))
-    leaves = [jax.random.normal(key, leaf.shape, leaf.dtype) if leaf.ndim else leaf
-              for key, leaf in zip(keys, leaves, strict=True)]
-    return graphdef, jax.tree.unflatten(treedef, leaves)
+    return spread_parameters(tiny_model(scheme, tie_output=False, scale_embedding=False), seed)
 
 
 def inputs():

@@ -27,6 +27,17 @@ def tiny_model(scheme: str = "rope", seed: int = 0, **overrides) -> Seq2SeqTrans
     return Seq2SeqTransformer(tiny_config(scheme, **overrides), rngs=nnx.Rngs(seed))
 
 
+def spread_parameters(model, seed: int = 0):
+    """``(graphdef, state)`` of ``model`` with every parameter redrawn N(0, 1), so that greedy
+    outputs vary by position (a fresh model's outputs hardly do)."""
+    graphdef, state = nnx.split(model)
+    leaves, treedef = jax.tree.flatten(state)
+    keys = jax.random.split(jax.random.key(seed), len(leaves))
+    leaves = [jax.random.normal(key, leaf.shape, leaf.dtype) if leaf.ndim else leaf
+              for key, leaf in zip(keys, leaves, strict=True)]
+    return graphdef, jax.tree.unflatten(treedef, leaves)
+
+
 def arange_positions(batch: int, length: int, offset: int = 0) -> jax.Array:
     """``[B, T]`` positions ``offset .. offset + T - 1``."""
     return jnp.broadcast_to(jnp.arange(length) + offset, (batch, length))

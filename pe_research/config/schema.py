@@ -72,6 +72,7 @@ MODEL_DEFAULTS: dict[str, Any] = {
     "d_ff": 256, "dropout_rate": 0.0, "activation": "gelu", "norm": "pre",
     "scale_embedding": True, "tie_output": True, "dtype": "float32",
     "attention_implementation": "xla", "architecture": "encoder_decoder",
+    "ablated_heads": "",  # heads whose output is zeroed, e.g. "2:1,2:3" (model/ablation.py)
 }
 DEFAULT_TASK = "reverse_string"
 

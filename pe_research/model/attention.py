@@ -41,12 +41,16 @@ def resolve_implementation(requested: str, dtype: Any, head_dim: int) -> str:
 
 
 class MultiHeadAttention(nnx.Module):
-    """Projections to H heads, positional hooks, ``jax.nn.dot_product_attention``, output."""
+    """Projections to H heads, positional hooks, ``jax.nn.dot_product_attention``, output.
+
+    ``ablated``: heads whose output is zeroed before the output projection (model/ablation.py).
+    """
 
     def __init__(self, d_model: int, num_heads: int, kind: AttentionKind, *, dtype: Any,
-                 implementation: str, rngs: nnx.Rngs):
+                 implementation: str, rngs: nnx.Rngs, ablated: tuple[int, ...] = ()):
         self.kind = kind
         self.num_heads = num_heads
+        self.ablated = tuple(ablated)
         self.head_dim = d_model // num_heads
         self.implementation = resolve_implementation(implementation, dtype, self.head_dim)
         dense = functools.partial(nnx.LinearGeneral, dtype=dtype, param_dtype=jnp.float32,
@@ -89,4 +93,7 @@ class MultiHeadAttention(nnx.Module):
                 q, k, v_BxSxHxD, bias=bias, mask=mask_BxTxS[:, None, :, :],
                 implementation=self.implementation,
             )
+        if self.ablated:
+            kept_H = jnp.ones(self.num_heads, encoded.dtype).at[jnp.array(self.ablated)].set(0)
+            encoded = encoded * kept_H[:, None]  # [B, T, H, Dh]
         return self.output(encoded)

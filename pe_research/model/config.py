@@ -9,6 +9,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from pe_research.errors import ConfigError, check_choice
+from pe_research.model.ablation import parse_ablated_heads, site_layers
 from pe_research.positional.base import DECODER_SELF, ENCODER_SELF, AttentionKind
 from pe_research.positional.registry import check_pe_config, scheme_class
 
@@ -40,6 +41,7 @@ class ModelConfig:
     dtype: str = "float32"
     attention_implementation: str = "xla"
     architecture: str = "encoder_decoder"
+    ablated_heads: str = ""  # heads whose output is zeroed, e.g. "2:1" (model/ablation.py)
     pe: Mapping[str, Any] = dataclasses.field(default_factory=lambda: {"type": "none"})
 
     @property
@@ -81,6 +83,7 @@ class ModelConfig:
             raise ConfigError("model.dropout_rate", self.dropout_rate, "in [0, 1)")
         check_pe_config(self.pe, d_model=self.d_model, num_heads=self.num_heads)
         self.check_scheme_acts()
+        self.ablated_at("", 0)  # parses model.ablated_heads
         if self.split_input:
             if self.d_model % 2:
                 raise ConfigError("model.d_model", self.d_model,
@@ -127,6 +130,12 @@ class ModelConfig:
                    else "model.num_encoder_layers")
             raise ConfigError(key, self.num_layers, f"the number of layers of the "
                               f"{self.architecture} model; at least 1")
+
+    def ablated_at(self, site: str, layer: int) -> tuple[int, ...]:
+        """Heads of ``layer`` at ``site`` ('self', 'encoder', 'decoder', 'cross') to zero."""
+        layers = site_layers(self.architecture, self.num_encoder_layers, self.num_decoder_layers)
+        return parse_ablated_heads(self.ablated_heads, layers, self.num_heads).get((site, layer),
+                                                                                  ())
 
     @property
     def split_input(self) -> bool:

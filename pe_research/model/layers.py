@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from pe_research.model.ablation import SINGLE_STACK_SITE
 from pe_research.model.attention import MultiHeadAttention
 from pe_research.model.config import ModelConfig
 from pe_research.positional.base import CROSS, DECODER_SELF, ENCODER_SELF, AttentionKind
@@ -64,10 +65,13 @@ class Sublayer(nnx.Module):
         return self.norm(x + dropout(function(x), self.rate, key))
 
 
-def make_attention(config: ModelConfig, kind: AttentionKind, rngs: nnx.Rngs) -> MultiHeadAttention:
-    """Multi-head attention of ``kind`` with the model's width, heads, dtype and kernel."""
+def make_attention(config: ModelConfig, kind: AttentionKind, rngs: nnx.Rngs, site: str,
+                   index: int) -> MultiHeadAttention:
+    """Multi-head attention of ``kind`` with the model's width, heads, dtype and kernel, and the
+    heads ``model.ablated_heads`` zeroes at ``site`` in layer ``index``."""
     return MultiHeadAttention(config.d_model, config.num_heads, kind, dtype=config.compute_dtype,
-                              implementation=config.attention_implementation, rngs=rngs)
+                              implementation=config.attention_implementation, rngs=rngs,
+                              ablated=config.ablated_at(site, index))
 
 
 def layer_scheme(config: ModelConfig, kinds: frozenset[AttentionKind], rngs: nnx.Rngs,
@@ -107,7 +111,8 @@ class EncoderLayer(nnx.Module):
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs,
                  kind: AttentionKind = ENCODER_SELF, index: int = 0):
-        self.self_attention = make_attention(config, kind, rngs)
+        site = SINGLE_STACK_SITE if config.single_stack else "encoder"
+        self.self_attention = make_attention(config, kind, rngs, site, index)
         self.feed_forward = FeedForward(config, rngs=rngs)
         self.attention_block = Sublayer(config, rngs=rngs)
         self.feed_forward_block = Sublayer(config, rngs=rngs)
@@ -127,8 +132,8 @@ class DecoderLayer(nnx.Module):
     """Causal self-attention, cross-attention to the encoder, feed-forward."""
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs, index: int = 0):
-        self.self_attention = make_attention(config, DECODER_SELF, rngs)
-        self.cross_attention = make_attention(config, CROSS, rngs)
+        self.self_attention = make_attention(config, DECODER_SELF, rngs, "decoder", index)
+        self.cross_attention = make_attention(config, CROSS, rngs, "cross", index)
         self.feed_forward = FeedForward(config, rngs=rngs)
         self.self_block = Sublayer(config, rngs=rngs)
         self.cross_block = Sublayer(config, rngs=rngs)

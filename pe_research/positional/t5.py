@@ -77,9 +77,14 @@ class T5Bias(PositionalScheme):
                 f"> num_buckets / 2 = {buckets // 2}")
 
     def logit_bias(self, q_BxTxHxD, k_BxSxHxD, q_positions_BxT, k_positions_BxS, kind):
+        return self.bias_at(self.max_distance, q_positions_BxT, k_positions_BxS, kind)
+
+    def bias_at(self, max_distance: int, q_positions_BxT: jax.Array, k_positions_BxS: jax.Array,
+                kind) -> jax.Array:
+        """The bias ``[B, H, T, S]`` with distances bucketed up to ``max_distance``."""
         relative_BxTxS = k_positions_BxS[:, None, :] - q_positions_BxT[:, :, None]
         bidirectional = kind is ENCODER_SELF
         table = self.encoder_table if bidirectional else self.decoder_table
         buckets = t5_relative_bucket(relative_BxTxS, bidirectional, self.num_buckets,
-                                     self.max_distance)
-        return jnp.moveaxis(jnp.take(table[...], buckets, axis=0), -1, 1)  # [B, H, T, S]
+                                     max_distance)
+        return jnp.moveaxis(jnp.take(table[...], buckets, axis=0), -1, 1)
