@@ -17,7 +17,6 @@ from pe_research.errors import ConfigError
 
 KEY = "model.ablated_heads"
 SINGLE_STACK_SITE = "self"
-ENCODER_DECODER_SITES = ("encoder", "decoder", "cross")
 
 
 def site_layers(architecture: str, num_encoder_layers: int,

@@ -83,7 +83,7 @@ class ModelConfig:
             raise ConfigError("model.dropout_rate", self.dropout_rate, "in [0, 1)")
         check_pe_config(self.pe, d_model=self.d_model, num_heads=self.num_heads)
         self.check_scheme_acts()
-        self.ablated_at("", 0)  # parses model.ablated_heads
+        self.ablated_by_site()
         if self.split_input:
             if self.d_model % 2:
                 raise ConfigError("model.d_model", self.d_model,
@@ -131,11 +131,11 @@ class ModelConfig:
             raise ConfigError(key, self.num_layers, f"the number of layers of the "
                               f"{self.architecture} model; at least 1")
 
-    def ablated_at(self, site: str, layer: int) -> tuple[int, ...]:
-        """Heads of ``layer`` at ``site`` ('self', 'encoder', 'decoder', 'cross') to zero."""
+    def ablated_by_site(self) -> dict[tuple[str, int], tuple[int, ...]]:
+        """``model.ablated_heads`` as ``{(site, layer): heads}``, sites 'self' (single stack),
+        'encoder', 'decoder', 'cross'; ConfigError for a malformed or missing head."""
         layers = site_layers(self.architecture, self.num_encoder_layers, self.num_decoder_layers)
-        return parse_ablated_heads(self.ablated_heads, layers, self.num_heads).get((site, layer),
-                                                                                  ())
+        return parse_ablated_heads(self.ablated_heads, layers, self.num_heads)
 
     @property
     def split_input(self) -> bool:
