@@ -100,7 +100,7 @@ def draw(record: dict[str, Any]) -> Figure:
     x, rows = np.array(record["lengths"]), []
     for entry in record["groups"].values():
         rows += [(entry, name, numbers) for name, numbers in entry["runs"].items()]
-    figure = Figure(figsize=(11, 0.5 + 2.6 * len(rows)), layout="constrained")
+    figure = Figure(figsize=(11, 0.5 + 2.8 * len(rows)), layout="constrained")
     panels = figure.subplots(len(rows), 2, squeeze=False)
     image = None
     for (entry, name, numbers), axes_pair in zip(rows, panels, strict=True):
@@ -121,7 +121,7 @@ def draw(record: dict[str, Any]) -> Figure:
                 axes.text(j, i, f"{value:+.0f}", ha="center", va="center", fontsize=8,
                           color="white" if abs(value) > 60 else "black")
             lengths = lengths_text(x[x <= high] if column == 0 else x[x > high])
-            axes.set(title=f"{entry['title']}, {name}: {part} ({lengths}), intact "
+            axes.set(title=f"{entry['title']}, {name}\n{part} ({lengths}), intact "
                      f"{intact:.0f} %", xticks=range(heads), yticks=range(len(labels)),
                      xlabel="head", yticklabels=[row_label(*_split(label)) for label in labels])
             axes.title.set_fontsize(9)
