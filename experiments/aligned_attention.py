@@ -27,8 +27,6 @@ seeds, thin lines: seeds), the training range marked; with one value and several
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +40,8 @@ from pe_research.analysis.run_inputs import (
     example_batch,
     load_analysis_run,
 )
-from pe_research.atomic_files import atomic_savefig, atomic_write_text
 from pe_research.cli.eval import parse_lengths
+from pe_research.cli.script import run_script, write_outputs
 from pe_research.config import load_run_config
 from pe_research.data import covering_buckets
 from pe_research.errors import UsageError
@@ -228,18 +226,8 @@ def main() -> None:
               "groups": {str(group): measure_group(group, runs, args.key, values, lengths,
                                                    args.examples)
                          for group, runs in groups.items()}}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_savefig(draw(record), args.out, dpi=110)
-    print(f"\nfigure: {args.out}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(args.json, json.dumps(record, indent=1))
-        print(f"numbers: {args.json}")
+    write_outputs(draw(record), args.out, record, args.json)
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except UsageError as error:  # ConfigError is one
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+    run_script(main)

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +33,8 @@ import numpy as np
 from flax import nnx
 from matplotlib.figure import Figure
 
-from pe_research.atomic_files import atomic_savefig, atomic_write_text
 from pe_research.cli.eval import parse_lengths
+from pe_research.cli.script import run_script, write_outputs
 from pe_research.config import load_run_config
 from pe_research.data import covering_buckets
 from pe_research.errors import UsageError
@@ -200,18 +198,8 @@ def main() -> None:
             entry["runs"][run.name] = measure_run(run, lengths, args.max_distance)
             print_run(run.name, entry["runs"][run.name], x, high, args.show)
         record["groups"][str(group)] = entry
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_savefig(draw(record), args.out, dpi=110)
-    print(f"\nfigure: {args.out}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(args.json, json.dumps(record, indent=1))
-        print(f"numbers: {args.json}")
+    write_outputs(draw(record), args.out, record, args.json)
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except UsageError as error:  # ConfigError is one
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+    run_script(main)

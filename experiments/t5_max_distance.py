@@ -17,14 +17,13 @@ seeds, band: min-max), training range marked.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
 
-from pe_research.atomic_files import atomic_savefig
 from pe_research.cli.eval import parse_lengths
+from pe_research.cli.script import run_script, write_outputs
 from pe_research.config import load_run_config
 from pe_research.data import covering_buckets
 from pe_research.errors import UsageError
@@ -98,14 +97,8 @@ def main() -> None:
         axes.legend(fontsize=8)
     figure.suptitle("T5 bias with max_distance changed at evaluation (mean over seeds, "
                     "band: min-max)")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_savefig(figure, args.out, dpi=110)
-    print(f"\nfigure: {args.out}")
+    write_outputs(figure, args.out)
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except UsageError as error:  # ConfigError is one
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+    run_script(main)
