@@ -9,9 +9,12 @@ one run, of any architecture and task. For every run and every attention head (e
 self-attention; in the encoder-decoder also cross-attention; ``--layers`` keeps some layers),
 the run is evaluated over ``--lengths`` with that head zeroed (``model.ablated_heads``,
 ``model/ablation.py``: the head's output is 0, so no later layer reads it) and compared with the
-run intact. ``--key``/``--value`` add one eval-time override to every evaluation, intact and
-ablated (e.g. ``--key model.pe.max_distance --value 524288``). Evaluations are written to the
-run's ``eval/`` (``ablate_<site>_<layer>_<head>[_<leaf>_<value>].json``) and reused.
+run intact. The script zeroes the head's rows of the output projection instead, which is the
+same model as a parameter change, so all of a run's ablations share one compiled program.
+``--key``/``--value`` add one eval-time override to every evaluation, intact and ablated (e.g.
+``--key model.pe.max_distance --value 524288``). Evaluations are written to the run's ``eval/``
+(``ablate_<site>_<layer>_<head>[_<leaf>_<value>].json``, recorded with the equivalent
+``model.ablated_heads`` override) and reused.
 
 Heads are compared within a run only: head 2 of one seed has nothing to do with head 2 of another.
 Prints per run the intact decoded exact match in and beyond the training lengths, and every head
@@ -28,6 +31,7 @@ from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
+from tqdm import tqdm
 
 from pe_research.cli.eval import parse_lengths
 from pe_research.cli.script import run_script, write_outputs
@@ -35,8 +39,15 @@ from pe_research.config import load_run_config
 from pe_research.data import covering_buckets
 from pe_research.errors import UsageError
 from pe_research.evaluation.length_ranges import lengths_text, range_means
-from pe_research.evaluation.results import cached_exact_match
-from pe_research.model.ablation import SINGLE_STACK_SITE, site_layers
+from pe_research.evaluation.range_eval import PROGRESS_DELAY_S, run_evaluator
+from pe_research.evaluation.results import cached_exact_match, read_exact_match, write_results
+from pe_research.model.ablation import (
+    KEY,
+    SINGLE_STACK_SITE,
+    params_with_head_zeroed,
+    site_layers,
+)
+from pe_research.runs.restore import load_run
 from pe_research.runs.run_dir import grid_point_runs
 
 
@@ -58,24 +69,41 @@ def row_label(site: str, layer: int) -> str:
     return f"layer {layer}" if site == SINGLE_STACK_SITE else f"{site} {layer}"
 
 
-def measure_run(run: Path, heads: list[tuple[str, int, int]], lengths: tuple[int, ...],
+def measure_run(run_dir: Path, heads: list[tuple[str, int, int]], lengths: tuple[int, ...],
                 override: str) -> dict[str, Any]:
     """Exact match ``[L]`` (%) intact and with each head ablated, under ``override``."""
-    config = load_run_config(run, validate=False)
+    config = load_run_config(run_dir, validate=False)
     buckets = covering_buckets(config.data.buckets, 2 * max(lengths) + 1)
     base = ([override] if override else []) + [f"data.buckets={buckets}"]
     key, _, value = override.partition("=")
     suffix = f"_{key.rsplit('.', 1)[-1]}_{value}" if override else ""
     # The intact evaluation has the name aligned_attention.py gives it, so either reuses it.
-    intact = 100 * cached_exact_match(run, suffix[1:] or "as_trained", lengths, base)
-    ablated = {}
+    intact = 100 * cached_exact_match(run_dir, suffix[1:] or "as_trained", lengths, base)
+    ablated, missing, compilations = {}, [], 0
     for site, layer, head in heads:
-        name = f"ablate_{site}_{layer}_{head}{suffix}"
-        overrides = [*base, f"model.ablated_heads={head_entry(site, layer, head)}"]
-        ablated[head_entry(site, layer, head)] = (
-            100 * cached_exact_match(run, name, lengths, overrides)).tolist()
-    return {"intact": intact.tolist(), "ablated": ablated}
-
+        entry = head_entry(site, layer, head)
+        name, overrides = f"ablate_{site}_{layer}_{head}{suffix}", [*base, f"{KEY}={entry}"]
+        cached = read_exact_match(run_dir, name, lengths, overrides)
+        if cached is None:
+            missing.append((site, layer, head, name, overrides))
+        else:
+            ablated[entry] = (100 * cached).tolist()
+    if missing:
+        # Zeroing a head's output rows is model.ablated_heads as a parameter change, so every
+        # ablation shares one compiled program (tests/test_ablation.py checks the two agree).
+        run = load_run(run_dir, None, base)
+        evaluate = run_evaluator(run, lengths, progress=False)
+        for site, layer, head, name, overrides in tqdm(
+                missing, desc=f"{run_dir.name}: heads", unit="head", leave=False,
+                delay=PROGRESS_DELAY_S, dynamic_ncols=True):
+            result = evaluate(params_with_head_zeroed(run.graphdef, run.params, run.rest, site,
+                                                      layer, head))
+            write_results(run, result, name, overrides)
+            compilations += result.compilations
+            ablated[head_entry(site, layer, head)] = [100 * row.exact_match
+                                                      for row in result.rows]
+    return {"intact": intact.tolist(), "compilations": compilations,
+            "ablated": {head_entry(*h): ablated[head_entry(*h)] for h in heads}}
 
 
 def print_run(run: Path, numbers: dict[str, Any], x: np.ndarray, high: int, show: float) -> None:

@@ -16,7 +16,8 @@ Prints per run the exact match in and beyond the training lengths as trained and
 everything moved, and the heads and layers whose move alone changes either by at least
 ``--show`` points; draws per run the change beyond training as a heatmap (rows: layers, columns:
 heads; an extra column: the whole layer). ``--json`` keeps every per-length curve. The moved
-heads are evaluated in memory; the run as trained and with the whole model moved are written to
+heads are evaluated in memory, all with one compiled program (which heads move is data, not
+structure); the run as trained and with the whole model moved are written to
 (and reused from) ``eval/as_trained.json`` and ``eval/max_distance_<M>.json``, as
 ``t5_max_distance.py`` and ``aligned_attention.py`` name them.
 """
@@ -28,10 +29,12 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from matplotlib.figure import Figure
+from tqdm import tqdm
 
 from pe_research.cli.eval import parse_lengths
 from pe_research.cli.script import run_script, write_outputs
@@ -39,7 +42,7 @@ from pe_research.config import load_run_config
 from pe_research.data import covering_buckets
 from pe_research.errors import UsageError
 from pe_research.evaluation.length_ranges import lengths_text, range_means
-from pe_research.evaluation.range_eval import evaluate_run
+from pe_research.evaluation.range_eval import PROGRESS_DELAY_S, run_evaluator
 from pe_research.evaluation.results import cached_exact_match
 from pe_research.positional.t5 import T5Bias
 from pe_research.runs.restore import LoadedRun, load_run
@@ -48,33 +51,47 @@ from pe_research.runs.run_dir import grid_point_runs
 EVERY_HEAD = "all"
 
 
-class RebucketedT5Bias(T5Bias):
-    """The trained T5 bias with ``heads`` reading their table under another max_distance."""
+class MovedHeads(nnx.Variable):
+    """Per-head flags ``[H]``: True reads the table under the moved max_distance (not a weight)."""
 
-    def __init__(self, trained: T5Bias, heads: tuple[int, ...], max_distance: int):
+
+class RebucketedT5Bias(T5Bias):
+    """The trained T5 bias whose heads flagged in ``moved_H`` read the table under another
+    max_distance. The flags are data, so moving other heads changes no compiled program."""
+
+    def __init__(self, trained: T5Bias, max_distance: int):
         config = {"num_buckets": trained.num_buckets, "max_distance": trained.max_distance,
                   "init_std": 0.0}
         super().__init__(config, d_model=trained.d_model, num_heads=trained.num_heads,
                          rngs=nnx.Rngs(0))
         self.encoder_table, self.decoder_table = trained.encoder_table, trained.decoder_table
-        self.moved_heads = tuple(heads)
         self.moved_max_distance = max_distance
+        self.moved_H = MovedHeads(jnp.zeros(trained.num_heads, bool))
 
     def logit_bias(self, q_BxTxHxD, k_BxSxHxD, q_positions_BxT, k_positions_BxS, kind):
         trained = self.bias_at(self.max_distance, q_positions_BxT, k_positions_BxS, kind)
         moved = self.bias_at(self.moved_max_distance, q_positions_BxT, k_positions_BxS, kind)
-        moved_H = jnp.zeros(self.num_heads, bool).at[jnp.array(self.moved_heads)].set(True)
-        return jnp.where(moved_H[None, :, None, None], moved, trained)
+        return jnp.where(self.moved_H[...][None, :, None, None], moved, trained)
 
 
-def moved_run(run: LoadedRun, layers: tuple[int, ...], heads: tuple[int, ...],
-              max_distance: int) -> LoadedRun:
-    """``run`` with ``heads`` of ``layers`` reading T5's table under ``max_distance``."""
+def rebucketed_run(run: LoadedRun, max_distance: int) -> LoadedRun:
+    """``run`` with a ``RebucketedT5Bias`` in every layer, no head moved; its ``params`` hold the
+    flags too, so ``moved_params`` variants share one compiled evaluation."""
     model = run.model
-    for layer in layers:
-        model.layers[layer].own_pe = nnx.data(RebucketedT5Bias(model.pe, heads, max_distance))
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    for layer in model.layers:
+        layer.own_pe = nnx.data(RebucketedT5Bias(model.pe, max_distance))
+    graphdef, params, rest = nnx.split(model, (nnx.Param, MovedHeads), ...)
     return dataclasses.replace(run, graphdef=graphdef, params=params, rest=rest)
+
+
+def moved_params(run: LoadedRun, layers: tuple[int, ...], heads: tuple[int, ...]) -> Any:
+    """The params of a ``rebucketed_run`` with ``heads`` of ``layers`` moved (``run`` intact)."""
+    copied = jax.tree.map(lambda leaf: leaf, run.params)  # new Variables around the same arrays
+    model = nnx.merge(run.graphdef, copied, run.rest)
+    for layer in layers:
+        flags = model.layers[layer].own_pe.moved_H
+        flags[...] = flags[...].at[jnp.array(heads)].set(True)
+    return copied
 
 
 def check_run(run_dir: Path) -> None:
@@ -90,17 +107,23 @@ def measure_run(run_dir: Path, lengths: tuple[int, ...], max_distance: int) -> d
     """Exact match ``[L]`` (%) as trained, each head moved, each layer moved, all moved."""
     config = load_run_config(run_dir, validate=False)
     buckets = covering_buckets(config.data.buckets, 2 * max(lengths) + 1)
-    run = load_run(run_dir, None, [f"data.buckets={buckets}"])
+    run = rebucketed_run(load_run(run_dir, None, [f"data.buckets={buckets}"]), max_distance)
     count, heads = len(run.model.layers), run.config.model.num_heads
-
-    def match(layers: tuple[int, ...], moved: tuple[int, ...]) -> list[float]:
-        result = evaluate_run(moved_run(run, layers, moved, max_distance), lengths)
-        return [100 * row.exact_match for row in result.rows]
-
+    every = tuple(range(heads))
+    moves = [(tuple(range(count)), every, EVERY_HEAD)]  # (layers, heads, name)
+    for layer in range(count):
+        moves += [((layer,), (head,), f"{layer}:{head}") for head in every]
+        moves.append(((layer,), every, f"{layer}:{EVERY_HEAD}"))
+    evaluate = run_evaluator(run, lengths, progress=False)
     trained = (100 * cached_exact_match(run_dir, "as_trained", lengths,
                                         [f"data.buckets={buckets}"])).tolist()
-    every = tuple(range(heads))
-    numbers = {"trained": trained, "all": match(tuple(range(count)), every), "moved": {}}
+    numbers = {"trained": trained, "moved": {}, "compilations": 0}
+    for layers, moved, name in tqdm(moves, desc=f"{run_dir.name}: heads", unit="move",
+                                    leave=False, delay=PROGRESS_DELAY_S, dynamic_ncols=True):
+        result = evaluate(moved_params(run, layers, moved))
+        numbers["moved"][name] = [100 * row.exact_match for row in result.rows]
+        numbers["compilations"] += result.compilations
+    numbers["all"] = numbers["moved"].pop(EVERY_HEAD)
     whole_model = 100 * cached_exact_match(
         run_dir, f"max_distance_{max_distance}", lengths,
         [f"model.pe.max_distance={max_distance}", f"data.buckets={buckets}"])
@@ -108,12 +131,7 @@ def measure_run(run_dir: Path, lengths: tuple[int, ...], max_distance: int) -> d
         raise AssertionError(f"{run_dir}: moving every head of every layer gives "
                              f"{numbers['all']}, model.pe.max_distance={max_distance} gives "
                              f"{whole_model.tolist()}")
-    for layer in range(count):
-        for head in range(heads):
-            numbers["moved"][f"{layer}:{head}"] = match((layer,), (head,))
-        numbers["moved"][f"{layer}:{EVERY_HEAD}"] = match((layer,), every)
     return numbers
-
 
 
 def print_run(name: str, numbers: dict[str, Any], x: np.ndarray, high: int, show: float) -> None:

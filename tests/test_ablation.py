@@ -3,7 +3,6 @@ projection rows zeroed, on every architecture and in cached decoding; bad entrie
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import subprocess
@@ -114,17 +113,23 @@ def test_the_script_reports_each_heads_exact_match_as_a_zeroed_head_evaluates(
     assert sorted(result["ablated"]) == ["cross.0:0", "cross.0:1", "decoder.0:0", "decoder.0:1",
                                          "encoder.0:0", "encoder.0:1"]
     run = load_run(run_dir)
-    intact = [100 * row.exact_match for row in evaluate_run(run, (4, 12)).rows]
-    np.testing.assert_allclose(result["intact"], intact)
-    # The cross-attention head 1 zeroed by hand: its rows of the output projection set to 0.
-    model = run.model
-    output = model.decoder_layers[0].cross_attention.output
-    output.kernel.value = output.kernel.value.at[1].set(0.0)
-    _, params, _ = nnx.split(model, nnx.Param, ...)
-    zeroed = evaluate_run(dataclasses.replace(run, params=params), (4, 12))
-    np.testing.assert_allclose(result["ablated"]["cross.0:1"],
-                               [100 * row.exact_match for row in zeroed.rows])
+    intact = evaluate_run(run, (4, 12)).rows
+    np.testing.assert_allclose(result["intact"], [100 * row.exact_match for row in intact])
+    # The script zeroes weights; the config key zeroes the head's output: the same numbers, on
+    # every metric (loss too, which an untrained run's 0 % exact match would not show).
+    ablated = evaluate_run(load_run(run_dir, None, ["model.ablated_heads=cross.0:1"]), (4, 12))
+    written = json.loads((run_dir / "eval" / "ablate_cross_0_1.json").read_text())
+    assert [100 * row["exact_match"] for row in written["rows"]] == result["ablated"]["cross.0:1"]
+    for row, expected in zip(written["rows"], ablated.rows, strict=True):
+        assert row == pytest.approx(expected.as_dict(), rel=1e-5)
+    assert [row["loss"] for row in written["rows"]] != pytest.approx([row.loss for row in intact],
+                                                                    rel=1e-3)
+    assert "model.ablated_heads=cross.0:1" in written["overrides"]
     assert " cross.0:1: " in done.stdout and "seed_0: intact" in done.stdout
+    # Six ablations, one program per batch shape: as many as the intact eval compiled.
+    intact_record = json.loads((run_dir / "eval" / "as_trained.json").read_text())
+    assert result["compilations"] == intact_record["compilations"] == len(
+        {tuple(shape) for shape in intact_record["compiled_shapes"]})
 
 
 @pytest.mark.parametrize(("arguments", "message"), [

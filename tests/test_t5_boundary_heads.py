@@ -28,18 +28,26 @@ def script_module():
     return module
 
 
-def test_only_the_moved_heads_read_the_table_under_the_new_max_distance():
+def test_only_the_flagged_heads_read_the_table_under_the_new_max_distance():
     trained = T5Bias({"num_buckets": 16, "max_distance": 32, "init_std": 1.0}, d_model=12,
                      num_heads=3, rngs=nnx.Rngs(0))
-    moved = script_module().RebucketedT5Bias(trained, (0, 2), 1024)
+    moved = script_module().RebucketedT5Bias(trained, 1024)
     positions = jnp.arange(40)[None]
-    bias = moved.logit_bias(None, None, positions, positions, DECODER_SELF)
     as_trained = trained.bias_at(32, positions, positions, DECODER_SELF)
+    np.testing.assert_array_equal(  # no head flagged: the trained bias
+        moved.logit_bias(None, None, positions, positions, DECODER_SELF), as_trained)
+    moved.moved_H[...] = jnp.array([True, False, True])
+    bias = moved.logit_bias(None, None, positions, positions, DECODER_SELF)
     far = trained.bias_at(1024, positions, positions, DECODER_SELF)
     np.testing.assert_array_equal(bias[:, 1], as_trained[:, 1])
     np.testing.assert_array_equal(bias[:, (0, 2)], far[:, (0, 2)])
     assert not np.array_equal(as_trained[:, 0], far[:, 0])  # distances 8-39 do change bucket
     assert moved.decoder_table is trained.decoder_table  # the trained table, not a copy
+    # Moving to the trained max_distance changes nothing.
+    same = script_module().RebucketedT5Bias(trained, 32)
+    same.moved_H[...] = jnp.ones(3, bool)
+    np.testing.assert_array_equal(
+        same.logit_bias(None, None, positions, positions, DECODER_SELF), as_trained)
 
 
 @pytest.fixture(scope="module")
@@ -64,22 +72,19 @@ def run_script(group, tmp_path, *arguments):
 
 
 @pytest.mark.slow
-def test_moving_to_the_trained_max_distance_changes_nothing(t5_run, tmp_path):
-    done, numbers = run_script(t5_run.parent, tmp_path, "--max-distance", "128", "--show", "0")
-    assert sorted(numbers["moved"]) == ["0:0", "0:1", "0:all", "1:0", "1:1", "1:all"]
-    for curve in [numbers["all"], *numbers["moved"].values()]:
-        assert curve == numbers["trained"]
-    assert "seed_0: as trained" in done.stdout
-
-
-@pytest.mark.slow
-def test_moving_every_head_is_evaluating_with_the_new_max_distance(t5_run, tmp_path):
+def test_moving_every_head_is_evaluating_with_the_new_max_distance_in_one_compile(
+        t5_run, tmp_path):
     """The script itself stops when the two differ; here the whole-model eval it compares with
     is also read back from the run's eval/ file."""
-    _, numbers = run_script(t5_run.parent, tmp_path, "--max-distance", "9")
+    done, numbers = run_script(t5_run.parent, tmp_path, "--max-distance", "9", "--show", "0")
+    assert sorted(numbers["moved"]) == ["0:0", "0:1", "0:all", "1:0", "1:1", "1:all"]
     written = json.loads((t5_run / "eval" / "max_distance_9.json").read_text())
     assert numbers["all"] == pytest.approx([100 * row["exact_match"]
                                             for row in written["rows"]])
+    # Seven moves, one program per batch shape: as many as the whole-model eval compiled.
+    assert numbers["compilations"] == written["compilations"] == len(
+        {tuple(shape) for shape in written["compiled_shapes"]})
+    assert "seed_0: as trained" in done.stdout
 
 
 def test_a_run_of_another_scheme_is_refused_in_one_line(trained_run_dir, tmp_path):

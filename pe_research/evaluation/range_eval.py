@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -217,18 +217,28 @@ def default_lengths(config: ml_collections.ConfigDict) -> tuple[int, ...]:
     return tuple(range(low, 2 * high + 1))
 
 
-def evaluate_run(run: LoadedRun, lengths: Sequence[int] | None = None,
-                 buckets: Sequence[int] | None = None) -> EvalResult:
-    """Evaluate a loaded run (``load_run``) over ``lengths`` (default ``default_lengths``) on its
-    frozen eval sets; one row per length, every metric of the table."""
+def run_evaluator(run: LoadedRun, lengths: Sequence[int] | None = None,
+                  buckets: Sequence[int] | None = None, *, progress: bool = True,
+                  ) -> Callable[[Any], EvalResult]:
+    """``params -> EvalResult`` over ``lengths`` (default ``default_lengths``) on the run's
+    frozen eval sets. Every call shares one compiled program per batch shape, so parameter
+    variants of one model (a head's output rows zeroed, say) cost no recompilation."""
     config = run.config
     lengths = tuple(int(n) for n in (lengths or default_lengths(config)))
     run.task.check_lengths(lengths, "--lengths")
     dataset = data.eval_dataset(run.task, lengths, config.data.eval_samples, config.seed,
                                 str(RunDir(run.run_dir).eval_data(config.data)))
     evaluator = RangeEvaluator(config, run.graphdef, run.rest, run.mesh)
-    return evaluator(run.params, dataset, lengths, config.eval.batch_size,
-                     tuple(buckets or config.data.buckets), progress=True)
+    buckets = tuple(buckets or config.data.buckets)
+    return lambda params: evaluator(params, dataset, lengths, config.eval.batch_size, buckets,
+                                    progress=progress)
+
+
+def evaluate_run(run: LoadedRun, lengths: Sequence[int] | None = None,
+                 buckets: Sequence[int] | None = None) -> EvalResult:
+    """Evaluate a loaded run (``load_run``) over ``lengths`` (default ``default_lengths``) on its
+    frozen eval sets; one row per length, every metric of the table."""
+    return run_evaluator(run, lengths, buckets)(run.params)
 
 
 def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = None,

@@ -141,12 +141,23 @@ def cached_exact_match(run_dir: str | Path, name: str, lengths: Sequence[int],
                        overrides: Sequence[str] = ()) -> np.ndarray:
     """Decoded exact match ``[L]`` at ``lengths``: read from ``eval/<name>.json`` when it holds
     every length under the same overrides, else evaluated (as ``pe-research eval``) and written."""
-    path = results_path(run_dir, name)
-    if path.exists():
-        record = read_results(path)
-        rows = {row["length"]: row["exact_match"] for row in record["rows"]}
-        if (all(n in rows for n in lengths)
-                and _without_buckets(record["overrides"]) == _without_buckets(overrides)):
-            return np.array([rows[n] for n in lengths])
+    cached = read_exact_match(run_dir, name, lengths, overrides)
+    if cached is not None:
+        return cached
     _, result, _ = evaluate_and_write(run_dir, lengths=lengths, name=name, overrides=overrides)
     return np.array([row.exact_match for row in result.rows])
+
+
+def read_exact_match(run_dir: str | Path, name: str, lengths: Sequence[int],
+                     overrides: Sequence[str] = ()) -> np.ndarray | None:
+    """Decoded exact match ``[L]`` from ``eval/<name>.json`` when it holds every length under the
+    same overrides (bucket widths aside), else None."""
+    path = results_path(run_dir, name)
+    if not path.exists():
+        return None
+    record = read_results(path)
+    rows = {row["length"]: row["exact_match"] for row in record["rows"]}
+    if (all(n in rows for n in lengths)
+            and _without_buckets(record["overrides"]) == _without_buckets(overrides)):
+        return np.array([rows[n] for n in lengths])
+    return None

@@ -13,6 +13,11 @@ Syntax: comma-separated ``SITE:HEAD`` entries, heads counted from 0.
 
 from __future__ import annotations
 
+from typing import Any
+
+import jax
+from flax import nnx
+
 from pe_research.errors import ConfigError
 
 KEY = "model.ablated_heads"
@@ -54,3 +59,25 @@ def parse_ablated_heads(text: str, layers: dict[str, int], num_heads: int,
                               f"model has {num_heads} (0 to {num_heads - 1})")
         ablated.setdefault((site, layer), set()).add(head)
     return {place: tuple(sorted(heads)) for place, heads in ablated.items()}
+
+
+def attention_at(model: Any, site: str, layer: int) -> Any:
+    """The ``MultiHeadAttention`` of ``site`` (``self``, ``encoder``, ``decoder``, ``cross``)
+    in ``layer`` of a built model."""
+    if site == SINGLE_STACK_SITE:
+        return model.layers[layer].self_attention
+    if site == "encoder":
+        return model.encoder_layers[layer].self_attention
+    decoder = model.decoder_layers[layer]
+    return decoder.cross_attention if site == "cross" else decoder.self_attention
+
+
+def params_with_head_zeroed(graphdef: Any, params: Any, rest: Any, site: str, layer: int,
+                            head: int) -> Any:
+    """``params`` with the head's rows of the output projection zeroed: the same model as
+    ``model.ablated_heads`` of that head, as a parameter change (no recompilation); ``params``
+    itself is left as it was."""
+    copied = jax.tree.map(lambda leaf: leaf, params)  # new Variables around the same arrays
+    output = attention_at(nnx.merge(graphdef, copied, rest), site, layer).output
+    output.kernel[...] = output.kernel[...].at[head].set(0)  # kernel [H, Dh, d_model]
+    return copied
