@@ -93,8 +93,12 @@ def test_training_time_curves_come_from_metrics_jsonl(run_dirs):
     assert curve.source == "metrics.jsonl step 20"
     np.testing.assert_array_equal(curve.lengths, [6, 8])
     np.testing.assert_allclose(curve.values, [0.25, 0.0])
-    with pytest.raises(ConfigError, match="pe-research eval"):
+    with pytest.raises(ConfigError, match="pe-research eval") as error:
         load_curve(run_dirs[0], metric="exact_match", eval_name="missing")
+    assert "oracle_length" not in str(error.value)
+    # The oracle-length metric exists only when asked for: the fix says how.
+    with pytest.raises(ConfigError, match="--name eval --config.eval.oracle_length=True`"):
+        load_curve(run_dirs[0], metric="oracle_exact_match")
 
 
 def test_different_training_lengths_are_refused_unless_mixed(run_dirs, tmp_path):

@@ -45,6 +45,9 @@ BLOCK_DEFAULTS: dict[str, dict[str, Any]] = {
         "best_metric": "eval/sequence_accuracy",  # '' (or eval_every 0): keep only the latest
         "eval_lengths": (),  # longer task lengths evaluated during training
         "steps_per_call": 0,  # train steps per jitted call (0: the largest divisor up to 10)
+        # False: the loss skips the end token, so the model never learns where to stop (-EOS of
+        # Newman et al. 2020); evaluate such runs with eval.oracle_length.
+        "predict_eos": True,
     },
     "eval": {
         "lengths": (),  # task lengths for `pe-research eval`
@@ -53,6 +56,9 @@ BLOCK_DEFAULTS: dict[str, dict[str, Any]] = {
         # Estimated memory one eval batch may take (GiB); batches that would exceed it are
         # split into smaller ones of one shape. 0 -> half of the device's memory.
         "memory_budget_gb": 0.0,
+        # Also decode with the end token forced at the true length (oracle_exact_match;
+        # Newman et al. 2020): what the model writes, apart from where it stops.
+        "oracle_length": False,
     },
     "wandb": {
         "mode": "offline",  # 'offline' | 'online' | 'disabled'; WANDB_MODE wins

@@ -110,9 +110,11 @@ def load_curve(run_dir: str | Path, metric: str = HEADLINE,
                 return RunCurve(run_dir, config, group, np.asarray(lengths), np.asarray(values),
                                 f"metrics.jsonl step {record['step']}")
     during = tuple(name for name, m in METRICS.items() if not m.decoded)
+    oracle = " --config.eval.oracle_length=True" if definition.oracle else ""
     raise ConfigError("--metric", metric,
                       f"{run_dir} has no such curve: run `pe-research eval {run_dir} --name "
-                      f"{eval_name}`, or use a metric that training logs per length {during}")
+                      f"{eval_name}{oracle}`, or use a metric that training logs per length "
+                      f"{during}")
 
 
 def check_compatible(curves: Sequence[RunCurve], allow_mixed: bool) -> None:

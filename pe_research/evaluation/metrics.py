@@ -31,12 +31,14 @@ HEADLINE = "exact_match"
 class Outputs:
     """What a metric reads from one padded batch of B examples, T target positions, V tokens:
     ``logits`` [B, T, V], ``targets`` and ``mask`` [B, T] (True on real target tokens, EOS
-    included), ``decoded`` [B, T] greedy-decoded tokens (range evaluation only, else None)."""
+    included), ``decoded`` [B, T] greedy-decoded tokens (range evaluation only, else None),
+    ``oracle_decoded`` [B, T] decoded at the true length (``eval.oracle_length`` only)."""
 
     logits: jax.Array
     targets: jax.Array
     mask: jax.Array
     decoded: jax.Array | None = None
+    oracle_decoded: jax.Array | None = None
 
     @property
     def real(self) -> jax.Array:
@@ -76,6 +78,7 @@ class Metric:
     unit: str  # '%' for fractions shown as percentages, else the unit of the value
     higher_is_better: bool = True
     decoded: bool = False  # needs greedy decoding: range evaluation only
+    oracle: bool = False  # needs decoding at the true length: only with eval.oracle_length
     interval: bool = False  # a fraction of sequences: report its 95% Wilson interval
 
     def value(self, sums: Mapping[str, float]) -> float:
@@ -134,6 +137,11 @@ def training_metrics() -> list[Metric]:
     return [m for m in METRICS.values() if not m.decoded]
 
 
+def range_metrics(oracle_length: bool) -> list[Metric]:
+    """Metrics of range evaluation: all, less the oracle-length ones unless asked for."""
+    return [m for m in METRICS.values() if oracle_length or not m.oracle]
+
+
 def token_cross_entropy(logits_BxTxV: jax.Array, targets_BxT: jax.Array,
                         mask_BxT: jax.Array) -> jax.Array:
     """Mean cross-entropy (float32) over the real (mask=True) target tokens: the training loss."""
@@ -171,6 +179,12 @@ register(Metric("output_token_accuracy",
                 lambda o: jnp.sum((o.decoded == o.targets) & o.output, axis=-1),
                 "output_tokens", "decoded per-token accuracy on output tokens (the papers')", "%",
                 decoded=True))
+# Newman et al. 2020 ("The EOS Decision and Length Extrapolation", Sec. 3): decoded with the
+# end token forced at the true length and forbidden before it, so a model that writes the right
+# tokens but stops at the wrong place (or, trained without EOS, never stops) still scores.
+register(Metric("oracle_exact_match", lambda o: o.sequence_hits(o.oracle_decoded), "sequences",
+                "exact match at the oracle length", "%", decoded=True, oracle=True,
+                interval=True))
 register(Metric("token_accuracy", lambda o: o.token_hits(_forced(o)), "tokens",
                 "teacher-forced token accuracy", "%"))
 register(Metric("sequence_accuracy", lambda o: o.sequence_hits(_forced(o)), "sequences",

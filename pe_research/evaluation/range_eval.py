@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from flax import nnx
@@ -25,7 +26,13 @@ from tqdm import tqdm
 from pe_research import data
 from pe_research.errors import ConfigError, check_divisible
 from pe_research.evaluation import memory
-from pe_research.evaluation.metrics import METRICS, Outputs, example_sums, summarize
+from pe_research.evaluation.metrics import (
+    METRICS,
+    Outputs,
+    example_sums,
+    range_metrics,
+    summarize,
+)
 from pe_research.mesh import DATA_AXIS, check_batch_fits, replicated, to_host
 from pe_research.model.decoding import greedy_decode
 from pe_research.positional.randomize import randomize_settings
@@ -78,15 +85,17 @@ class EvalResult:
 
 
 def summarize_length(length: int, totals: Mapping[str, float]) -> LengthResult:
-    """A ``LengthResult`` from per-length sums of every metric's numerator and count."""
-    metrics = list(METRICS.values())
+    """A ``LengthResult`` from per-length sums of each metric's numerator and count (the
+    metrics the sums hold: the oracle-length ones only when evaluated)."""
+    metrics = [metric for metric in METRICS.values() if metric.name in totals]
     return LengthResult(length=int(length), samples=int(totals["sequences"]),
                         values=summarize(totals, metrics))
 
 
-def example_statistics(model: Any, batch: Mapping[str, jax.Array],
-                       position_key: jax.Array) -> dict[str, jax.Array]:
-    """Per-example ``[B]`` numerators and counts of every metric; traced once per shape."""
+def example_statistics(model: Any, batch: Mapping[str, jax.Array], position_key: jax.Array,
+                       oracle_length: bool = False) -> dict[str, jax.Array]:
+    """Per-example ``[B]`` numerators and counts of every metric; traced once per shape.
+    ``oracle_length`` decodes a second time, at the true length (``oracle_exact_match``)."""
     pe = model.config.pe
     source_positions, target_positions = batch_positions(pe, batch, position_key, training=False,
                                                          architecture=model.config.architecture)
@@ -94,8 +103,16 @@ def example_statistics(model: Any, batch: Mapping[str, jax.Array],
                    batch["source_mask"], batch["target_mask"])
     decoded = greedy_decode(model, batch["source"], source_positions, batch["source_mask"],
                             target_positions, target_mask_BxT=batch["target_mask"], eos_id=EOS_ID)
-    outputs = Outputs(logits, batch["target_output"], batch["target_mask"], decoded)
-    return example_sums(outputs, list(METRICS.values()))
+    oracle_decoded = None
+    if oracle_length:  # the end token's step: the number of real target tokens, less one
+        eos_steps_B = jnp.sum(batch["target_mask"], axis=-1) - 1
+        oracle_decoded = greedy_decode(model, batch["source"], source_positions,
+                                       batch["source_mask"], target_positions,
+                                       target_mask_BxT=batch["target_mask"], eos_id=EOS_ID,
+                                       eos_steps_B=eos_steps_B)
+    outputs = Outputs(logits, batch["target_output"], batch["target_mask"], decoded,
+                      oracle_decoded)
+    return example_sums(outputs, range_metrics(oracle_length))
 
 
 def eval_position_key(seed: int) -> jax.Array:
@@ -137,7 +154,8 @@ class RangeEvaluator:
         position_key = eval_position_key(config.seed)
 
         def statistics(params, batch):
-            return example_statistics(nnx.merge(graphdef, params, rest), batch, position_key)
+            return example_statistics(nnx.merge(graphdef, params, rest), batch, position_key,
+                                      config.eval.oracle_length)
 
         def traced_statistics(params, batch):
             shape = (*batch["source"].shape, batch["target_input"].shape[1])
@@ -266,7 +284,8 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
 
     def statistics(params, batch, position_key):
         compiled_shapes.append((*batch["source"].shape[1:], batch["target_input"].shape[2]))
-        return jax.vmap(lambda p, b, k: example_statistics(nnx.merge(graphdef, p, rest), b, k))(
+        return jax.vmap(lambda p, b, k: example_statistics(
+            nnx.merge(graphdef, p, rest), b, k, first.eval.oracle_length))(
             params, batch, position_key)
 
     stacked_statistics = jax.jit(statistics)

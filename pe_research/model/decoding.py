@@ -7,6 +7,11 @@ emits EOS; afterwards it emits PAD, and the loop exits when every sequence is fi
 By architecture: the encoder-decoder encodes once and decodes with a cache; the decoder-only
 model prefills source and SEP into its cache and then generates; the encoder-only model reads
 all outputs at once at its slots (it is given the number of outputs, ``target_mask``).
+
+With ``eos_steps_B`` (the oracle length of Newman et al. 2020, "The EOS Decision and Length
+Extrapolation", Sec. 3) the model does not decide where a sequence ends: EOS is never chosen
+before step ``eos_steps_B`` and always at it, so the decoded tokens measure what the model
+writes, apart from when it stops.
 """
 
 from __future__ import annotations
@@ -28,9 +33,16 @@ def _first_state(batch: int, length: int, pad_id: int) -> tuple[jax.Array, jax.A
     return jnp.full((batch, length), pad_id, jnp.int32), jnp.zeros((batch,), bool)
 
 
-def _choose(logits_BxV: jax.Array, done_B: jax.Array, pad_id: int) -> jax.Array:
-    """Greedy token ``[B]`` (int32); PAD for finished sequences."""
-    return jnp.where(done_B, pad_id, jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32))
+def _choose(logits_BxV: jax.Array, done_B: jax.Array, pad_id: int, step: jax.Array | int = 0,
+            eos_steps_B: jax.Array | None = None, eos_id: int = EOS_ID) -> jax.Array:
+    """Greedy token ``[B]`` (int32); PAD for finished sequences. With ``eos_steps_B``, EOS at
+    exactly that step (never before, whatever its logit)."""
+    if eos_steps_B is not None:
+        logits_BxV = logits_BxV.at[:, eos_id].set(-jnp.inf)
+    chosen_B = jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32)
+    if eos_steps_B is not None:
+        chosen_B = jnp.where(step == eos_steps_B, eos_id, chosen_B)
+    return jnp.where(done_B, pad_id, chosen_B)
 
 
 def _running(step: jax.Array, length: int, done_B: jax.Array) -> jax.Array:
@@ -40,12 +52,15 @@ def _running(step: jax.Array, length: int, done_B: jax.Array) -> jax.Array:
 def greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.Array,
                   source_mask_BxS: jax.Array, target_positions_BxT: jax.Array, *,
                   target_mask_BxT: jax.Array | None = None, bos_id: int = BOS_ID,
-                  eos_id: int = EOS_ID, pad_id: int = PAD_ID) -> jax.Array:
+                  eos_id: int = EOS_ID, pad_id: int = PAD_ID,
+                  eos_steps_B: jax.Array | None = None) -> jax.Array:
     """Greedy tokens ``[B, T]`` (int32) with a key/value cache; T = target_positions' length.
 
     Step t feeds the token chosen at step t-1 (BOS at t = 0) at position
     ``target_positions_BxT[:, t]`` and keeps every earlier key/value in the cache.
-    ``target_mask_BxT`` (the output slots) is read by the encoder-only model only.
+    ``target_mask_BxT`` (the output slots) is read by the encoder-only model only, which is
+    given its length anyway (``eos_steps_B`` changes nothing there).
+    ``eos_steps_B`` ``[B]``: the oracle length, the step of each sequence's EOS (-1: none).
     """
     architecture = model.config.architecture
     if architecture == "encoder_only":
@@ -53,7 +68,7 @@ def greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.A
                            target_positions_BxT, target_mask_BxT, pad_id)
     if architecture == "decoder_only":
         return causal_greedy_decode(model, source_BxS, source_positions_BxS, source_mask_BxS,
-                                    target_positions_BxT, bos_id, eos_id, pad_id)
+                                    target_positions_BxT, bos_id, eos_id, pad_id, eos_steps_B)
     (batch, _), (rows, length) = source_BxS.shape, target_positions_BxT.shape
     encoded_BxSxD = model.encode(source_BxS, source_positions_BxS, source_mask_BxS)
     graphdef, state = nnx.split(model)
@@ -66,7 +81,7 @@ def greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.A
         positions_Bx1 = jax.lax.dynamic_slice_in_dim(target_positions_BxT, step, 1, axis=1)
         logits_BxV, cache = nnx.merge(graphdef, state).decode_step(
             tokens_Bx1, positions_Bx1, encoded_BxSxD, source_positions_BxS, source_mask_BxS, cache)
-        next_B = _choose(logits_BxV, done_B, pad_id)
+        next_B = _choose(logits_BxV, done_B, pad_id, step, eos_steps_B, eos_id)
         output_BxT = output_BxT.at[:, step].set(next_B)
         return step + 1, next_B[:, None], cache, output_BxT, done_B | (next_B == eos_id)
 
@@ -76,8 +91,8 @@ def greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.A
 
 def naive_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.Array,
                         source_mask_BxS: jax.Array, target_positions_BxT: jax.Array, *,
-                        bos_id: int = BOS_ID, eos_id: int = EOS_ID,
-                        pad_id: int = PAD_ID) -> jax.Array:
+                        bos_id: int = BOS_ID, eos_id: int = EOS_ID, pad_id: int = PAD_ID,
+                        eos_steps_B: jax.Array | None = None) -> jax.Array:
     """Reference for ``greedy_decode``: every step re-runs the whole decoder on ``[B, T]``.
 
     No cache: the causal mask alone hides the not-yet-decoded slots. Same output contract.
@@ -104,7 +119,7 @@ def naive_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS:
             logits_BxTxV = current.decode(inputs_BxT, target_positions_BxT, encoded_BxSxD,
                                           source_positions_BxS, source_mask_BxS, all_real_BxT)
         logits_BxV = jax.lax.dynamic_index_in_dim(logits_BxTxV, step, axis=1, keepdims=False)
-        next_B = _choose(logits_BxV, done_B, pad_id)
+        next_B = _choose(logits_BxV, done_B, pad_id, step, eos_steps_B, eos_id)
         inputs_BxT = inputs_BxT.at[:, step + 1].set(next_B, mode="drop")
         output_BxT = output_BxT.at[:, step].set(next_B)
         return step + 1, inputs_BxT, output_BxT, done_B | (next_B == eos_id)
@@ -130,8 +145,8 @@ def slot_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.Arr
 
 def causal_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.Array,
                          source_mask_BxS: jax.Array, target_positions_BxT: jax.Array,
-                         bos_id: int = BOS_ID, eos_id: int = EOS_ID,
-                         pad_id: int = PAD_ID) -> jax.Array:
+                         bos_id: int = BOS_ID, eos_id: int = EOS_ID, pad_id: int = PAD_ID,
+                         eos_steps_B: jax.Array | None = None) -> jax.Array:
     """Decoder-only: prefill ``source SEP`` into the cache, then one token per step.
 
     The joint sequence is that of ``SingleStackTransformer`` (source left-aligned in its S
@@ -156,7 +171,7 @@ def causal_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS
     logits_BxV, cache = model.run_cached(tokens, positions, visible, cache)
     graphdef, state = nnx.split(model)
     output_BxT, done_B = _first_state(batch, length, pad_id)
-    first_B = _choose(logits_BxV, done_B, pad_id)
+    first_B = _choose(logits_BxV, done_B, pad_id, 0, eos_steps_B, eos_id)
     output_BxT = output_BxT.at[:, 0].set(first_B)
 
     def body(carry):
@@ -165,7 +180,7 @@ def causal_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS
         visible_Bx1xW = ((keys_W <= width + step)[None, None, :] & key_real_BxW[:, None, :])
         logits_BxV, cache = nnx.merge(graphdef, state).run_cached(
             tokens_Bx1, positions_Bx1, visible_Bx1xW, cache)
-        next_B = _choose(logits_BxV, done_B, pad_id)
+        next_B = _choose(logits_BxV, done_B, pad_id, step, eos_steps_B, eos_id)
         output_BxT = output_BxT.at[:, step].set(next_B)
         return step + 1, next_B[:, None], cache, output_BxT, done_B | (next_B == eos_id)
 

@@ -29,6 +29,7 @@ from pe_research.evaluation.metrics import summarize as summarize_sums
 from pe_research.mesh import member_sharded, replicated
 from pe_research.model import TokenModel, build_model
 from pe_research.positional.randomize import make_positions
+from pe_research.special_tokens import EOS_ID
 from pe_research.training.optimizer import make_optimizer
 
 Batch = Mapping[str, jax.Array]
@@ -110,9 +111,12 @@ def step_functions(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
     ``eval_step(params, batch, base_key)`` returns summable metric sums.
     """
 
+    predict_eos = bool(train_cfg.get("predict_eos", True))
+
     def loss_fn(params, batch, key):
         logits = forward(nnx.merge(graphdef, params, rest), batch, key, training=True)
-        loss = token_cross_entropy(logits, batch["target_output"], batch["target_mask"])
+        loss = token_cross_entropy(logits, batch["target_output"],
+                                   scored_mask(batch, predict_eos))
         return loss, logits
 
     def train_step(params, opt_state, batch, step, base_key, learning_rate=None):
@@ -123,7 +127,8 @@ def step_functions(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
         (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, key)
         updates, opt_state = make_optimizer(settings).update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
-        metrics = {**batch_values(_outputs(logits, batch), training_metrics()), "loss": loss,
+        metrics = {**batch_values(_outputs(logits, batch, predict_eos), training_metrics()),
+                   "loss": loss,
                    "grad_norm": optax.global_norm(grads)}
         return params, opt_state, metrics
 
@@ -131,7 +136,7 @@ def step_functions(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
         traces["evaluate"] += 1
         key = jax.random.fold_in(base_key, EVAL_KEY_TAG)
         logits = forward(nnx.merge(graphdef, params, rest), batch, key, training=False)
-        return eval_sums(logits, batch)
+        return eval_sums(logits, batch, predict_eos)
 
     return train_step, eval_step
 
@@ -213,13 +218,23 @@ def make_ensemble_steps(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
         train_many=chained(train, (stacked, stacked, same)))
 
 
-def _outputs(logits_BxTxV: jax.Array, batch: Batch) -> Outputs:
-    return Outputs(logits_BxTxV, batch["target_output"], batch["target_mask"])
+def scored_mask(batch: Batch, predict_eos: bool = True) -> jax.Array:
+    """``[B, T]`` the target tokens the loss and training metrics score: every real one, or
+    (``train.predict_eos`` False, the -EOS model of Newman et al. 2020) all but the end token."""
+    if predict_eos:
+        return batch["target_mask"]
+    return batch["target_mask"] & (batch["target_output"] != EOS_ID)
 
 
-def eval_sums(logits_BxTxV: jax.Array, batch: Batch) -> dict[str, jax.Array]:
-    """Sums over the batch that add up over batches: each training metric's numerator and count."""
-    sums = example_sums(_outputs(logits_BxTxV, batch), training_metrics())
+def _outputs(logits_BxTxV: jax.Array, batch: Batch, predict_eos: bool = True) -> Outputs:
+    return Outputs(logits_BxTxV, batch["target_output"], scored_mask(batch, predict_eos))
+
+
+def eval_sums(logits_BxTxV: jax.Array, batch: Batch,
+              predict_eos: bool = True) -> dict[str, jax.Array]:
+    """Sums over the batch that add up over batches: each training metric's numerator and count
+    (over the tokens ``scored_mask`` keeps)."""
+    sums = example_sums(_outputs(logits_BxTxV, batch, predict_eos), training_metrics())
     return {key: jnp.sum(value) for key, value in sums.items()}
 
 
