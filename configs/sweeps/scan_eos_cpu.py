@@ -6,8 +6,9 @@ not (-EOS: the loss skips it), all evaluated with the end token forced at the tr
 (``eval.oracle_length``, metric ``oracle_exact_match``) as well as decoding freely. The paper
 reports -EOS well above +EOS at the oracle length on this split. A CPU-sized cut of
 configs/scan_length.py (2+2 layers, d_model 64), RoPE and sinusoidal positions, two seeds per
-point trained stacked. Needs the official files in data/scan (``pe-research data scan --to
-data/scan``); what it showed is in docs/results.md.
+point trained stacked, evaluated on the test split's lengths (24-48: scan_length.py's
+eval.lengths; the eval set holds only those). Needs the official files in data/scan
+(``pe-research data scan --to data/scan``); what it showed is in docs/results.md.
 """
 
 from pathlib import Path
@@ -29,7 +30,6 @@ def get_config():
     config.train.steps = 6_000
     config.train.eval_every = 1_000
     config.train.checkpoint_every = 1_000
-    config.eval.lengths = (4, 8, 12, 16, 20, 22, 24, 25, 26, 27, 28, 30, 32, 33, 36, 40, 48)
     config.eval.oracle_length = True
     config.wandb.group = "scan_eos_cpu"
     return config
