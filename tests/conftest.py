@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import types
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -81,6 +83,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     """Remove the compilation cache this session made."""
     if OWN_CACHE in config.stash:
         shutil.rmtree(config.stash[OWN_CACHE], ignore_errors=True)
+
+
+def load_experiment(name: str) -> types.ModuleType:
+    """The script ``experiments/<name>.py`` imported as a module (its ``main`` not run)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

@@ -1,12 +1,11 @@
 """Add vs concat vs split: parameter counts by formula, the split input exactly, the experiment."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import load_experiment
 from tiny_models import arange_positions, random_inputs, tiny_config, tiny_model
 
 from pe_research.analysis.vectors import input_parts
@@ -16,19 +15,9 @@ from pe_research.evaluation.compare import load_curve
 from pe_research.positional.sinusoidal import sinusoidal
 from pe_research.tasks import get_task
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def load_experiment():
-    spec = importlib.util.spec_from_file_location("add_vs_concat",
-                                                  REPO / "experiments" / "add_vs_concat.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_concat_adds_the_projection_and_split_halves_the_embedding():
-    experiment = load_experiment()
+    experiment = load_experiment("add_vs_concat")
     config = base_config("reverse_string", "sinusoidal")
     count = {c: experiment.parameter_count(experiment.run_config(config, c, 0))
              for c in experiment.COMBINES}
@@ -65,7 +54,7 @@ def test_split_needs_an_untied_output_and_an_even_width():
 @pytest.mark.slow
 def test_quick_experiment_writes_one_comparison(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    experiment = load_experiment()
+    experiment = load_experiment("add_vs_concat")
     assert experiment.main(["--workdir", str(tmp_path), "--quick", "--seeds", "1",
                             "--metric", "sequence_accuracy", "--config.train.steps=4",
                             "--config.train.eval_every=4", "--config.train.log_every=2",

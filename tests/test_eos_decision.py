@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from conftest import DEFAULT_CONFIG
+from conftest import DEFAULT_CONFIG, load_experiment
 from flax import nnx
 from tiny_models import VOCAB, arange_positions, random_inputs, spread_parameters, tiny_config
 
 from pe_research.config import load_config
+from pe_research.errors import UsageError
 from pe_research.evaluation.metrics import METRICS, Outputs, range_metrics
 from pe_research.evaluation.range_eval import evaluate_run
 from pe_research.model import Seq2SeqTransformer, SingleStackTransformer
 from pe_research.model.decoding import PAD_ID, greedy_decode, naive_greedy_decode
 from pe_research.runs.restore import load_run
+from pe_research.runs.run_dir import RunDir
 from pe_research.special_tokens import BOS_ID, EOS_ID
 from pe_research.training.optimizer import make_optimizer
 from pe_research.training.steps import forward, step_functions
@@ -83,6 +89,20 @@ def test_oracle_exact_match_is_every_target_token_of_the_oracle_decode():
     assert "oracle_exact_match" in [m.name for m in range_metrics(oracle_length=True)]
 
 
+def test_stop_metrics_say_where_a_free_decode_stopped():
+    """Golden rows: early by one, never, right, late by one, and a padding row."""
+    targets = jnp.array([[5, 6, 7, EOS_ID, 0], [8, EOS_ID, 0, 0, 0], [5, 6, EOS_ID, 0, 0],
+                         [5, EOS_ID, 0, 0, 0], [0, 0, 0, 0, 0]])
+    decoded = jnp.array([[5, 6, EOS_ID, 0, 0], [8, 3, 3, 3, 3], [5, 6, EOS_ID, 0, 0],
+                         [5, 5, EOS_ID, 0, 0], [0, 0, 0, 0, 0]])
+    outputs = Outputs(jnp.zeros((5, 5, VOCAB)), targets, targets != 0, decoded=decoded)
+    np.testing.assert_array_equal(outputs.stop_offset(decoded), [-1, 4, 0, 1, 0])
+    values = {name: np.asarray(METRICS[name].per_example(outputs)).tolist()
+              for name in ("stopped_early", "stopped_late", "missing_tokens", "exact_match")}
+    assert values == {"stopped_early": [1, 0, 0, 0, 0], "stopped_late": [0, 1, 0, 1, 0],
+                      "missing_tokens": [1, 0, 0, 0, 0], "exact_match": [0, 0, 1, 0, 0]}
+
+
 def training_batch() -> dict[str, jax.Array]:
     """Two examples, 4 and 2 target tokens then EOS, padded to 6."""
     rng = np.random.default_rng(0)
@@ -126,3 +146,52 @@ def test_range_eval_adds_oracle_exact_match_only_when_asked(trained_run_dir):
         assert oracle_row.oracle_exact_match >= oracle_row.exact_match
         assert {k: v for k, v in oracle_row.values.items()
                 if not k.startswith("oracle_")} == free_row.values
+        # Only a decode that stops at the true end can be right.
+        stopped_right = 1 - oracle_row.stopped_early - oracle_row.stopped_late
+        assert oracle_row.exact_match <= stopped_right + 1e-6
+
+
+@pytest.mark.slow
+def test_the_eos_script_scores_each_arm_as_pe_research_eval_does(trained_run_dir, tmp_path,
+                                                                 monkeypatch):
+    """Its grid-point evaluation equals evaluate_run's, is cached, and both arms are needed."""
+    points = {arm: tmp_path / arm for arm in ("plus", "minus")}
+    for point in points.values():
+        shutil.copytree(trained_run_dir, point / "seed_0")
+    config_path = RunDir(points["minus"] / "seed_0").config
+    config = json.loads(config_path.read_text())
+    config["train"]["predict_eos"] = False  # the same weights, filed as the -EOS arm
+    config_path.write_text(json.dumps(config))
+    experiment = load_experiment("eos_decision")
+    lengths = (4, 12)
+    values, ranges = experiment.collect(list(points.values()), lengths)
+    alone = evaluate_run(load_run(trained_run_dir, None, ["eval.oracle_length=True"]), lengths)
+    for arm in (True, False):
+        for metric in experiment.NEEDED:
+            assert values["reverse_string", "rope"][arm][metric] == [
+                [row.values[metric] for row in alone.rows]]
+    assert ranges == {"reverse_string": (1, 8)}
+
+    cache = RunDir(points["plus"] / "seed_0").eval_results(experiment.NAME)
+    written = cache.stat().st_mtime_ns
+    out = tmp_path / "eos.png"
+    monkeypatch.setattr(sys, "argv", ["eos_decision.py", *map(str, points.values()),
+                                      "--lengths", "4,12", "--out", str(out),
+                                      "--stops-out", str(tmp_path / "stops.png"),
+                                      "--numbers", str(tmp_path / "eos.json")])
+    experiment.main()
+    assert cache.stat().st_mtime_ns == written  # read back, not evaluated again
+    numbers = json.loads((tmp_path / "eos.json").read_text())
+    means = numbers["reverse_string/rope"]
+    assert means["-EOS oracle_exact_match out"] == pytest.approx(
+        100 * alone.rows[1].oracle_exact_match)
+    beyond = alone.rows[1]
+    stop, share = numbers["+EOS early stop length"]["reverse_string/rope"]["12"]
+    assert share == pytest.approx(100 * beyond.stopped_early)
+    assert beyond.stopped_early > 0  # the tiny model stops early on some length-12 strings
+    assert stop == pytest.approx(12 - beyond.missing_tokens / beyond.stopped_early)
+    assert stop < 12
+    assert out.stat().st_size > 10_000 and (tmp_path / "stops.png").stat().st_size > 10_000
+
+    with pytest.raises(UsageError, match="reverse_string, rope: no -EOS runs given"):
+        experiment.collect([points["plus"]], lengths)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -10,7 +9,7 @@ import sys
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import DEFAULT_CONFIG, REPO, subprocess_env, tiny_overrides
+from conftest import DEFAULT_CONFIG, REPO, load_experiment, subprocess_env, tiny_overrides
 from flax import nnx
 
 from pe_research.config import load_config
@@ -21,17 +20,10 @@ from pe_research.training.loop import train
 SCRIPT = REPO / "experiments" / "t5_boundary_heads.py"
 
 
-def script_module():
-    spec = importlib.util.spec_from_file_location("t5_boundary_heads", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_only_the_flagged_heads_read_the_table_under_the_new_max_distance():
     trained = T5Bias({"num_buckets": 16, "max_distance": 32, "init_std": 1.0}, d_model=12,
                      num_heads=3, rngs=nnx.Rngs(0))
-    moved = script_module().RebucketedT5Bias(trained, 1024)
+    moved = load_experiment("t5_boundary_heads").RebucketedT5Bias(trained, 1024)
     positions = jnp.arange(40)[None]
     as_trained = trained.bias_at(32, positions, positions, DECODER_SELF)
     np.testing.assert_array_equal(  # no head flagged: the trained bias
@@ -44,7 +36,7 @@ def test_only_the_flagged_heads_read_the_table_under_the_new_max_distance():
     assert not np.array_equal(as_trained[:, 0], far[:, 0])  # distances 8-39 do change bucket
     assert moved.decoder_table is trained.decoder_table  # the trained table, not a copy
     # Moving to the trained max_distance changes nothing.
-    same = script_module().RebucketedT5Bias(trained, 32)
+    same = load_experiment("t5_boundary_heads").RebucketedT5Bias(trained, 32)
     same.moved_H[...] = jnp.ones(3, bool)
     np.testing.assert_array_equal(
         same.logit_bias(None, None, positions, positions, DECODER_SELF), as_trained)

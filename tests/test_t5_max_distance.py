@@ -3,14 +3,13 @@ lengths whose distances all sit in exact buckets do not move, and other schemes 
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DEFAULT_CONFIG, REPO, subprocess_env, tiny_overrides
+from conftest import DEFAULT_CONFIG, REPO, load_experiment, subprocess_env, tiny_overrides
 
 from pe_research.config import load_config
 from pe_research.evaluation.range_eval import evaluate_run
@@ -23,20 +22,13 @@ SCRIPT = REPO / "experiments" / "t5_max_distance.py"
 LENGTHS = (1, 2, 12)  # 1 and 2: every distance below the exact buckets (4 each way, 8 causal)
 
 
-def load_experiment():
-    spec = importlib.util.spec_from_file_location("t5_max_distance", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.slow
 def test_max_distance_moves_only_lengths_beyond_the_exact_buckets(tmp_path):
     run_dir = tmp_path / "t5" / "seed_0"
     train(load_config(DEFAULT_CONFIG, tiny_overrides(**{
         "model.pe.type": "t5", "model.pe.num_buckets": 16, "train.steps": 20,
         "train.eval_every": 0, "wandb.mode": "disabled"})), run_dir)
-    experiment = load_experiment()
+    experiment = load_experiment("t5_max_distance")
     assert experiment.group_runs(run_dir.parent) == [run_dir]
     trained = experiment.exact_match(run_dir, 128, LENGTHS)  # the run's own max_distance
     alone = evaluate_run(load_run(run_dir), LENGTHS)

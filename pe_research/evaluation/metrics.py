@@ -58,6 +58,16 @@ class Outputs:
         """Per-example ``[B]`` 1 when every real target token is right (0 on padding rows)."""
         return sequence_correct(predictions_BxT, self.targets, self.mask) & self.real
 
+    def stop_offset(self, predictions_BxT: jax.Array) -> jax.Array:
+        """Per-example ``[B]`` where the prediction's first end token is, minus where the
+        target's is: < 0 stopped early, > 0 late (no end token at all counts as the width T);
+        0 on padding rows."""
+        width = predictions_BxT.shape[-1]
+        positions = jnp.arange(width)
+        stop = jnp.min(jnp.where(predictions_BxT == EOS_ID, positions, width), axis=-1)
+        true_stop = jnp.sum(self.mask, axis=-1) - 1
+        return jnp.where(self.real, stop - true_stop, 0)
+
 
 # Per-example denominators ``[B]``: what a metric's numerator is a fraction (or mean) of.
 COUNTS: dict[str, Callable[[Outputs], jax.Array]] = {
@@ -185,6 +195,18 @@ register(Metric("output_token_accuracy",
 register(Metric("oracle_exact_match", lambda o: o.sequence_hits(o.oracle_decoded), "sequences",
                 "exact match at the oracle length", "%", decoded=True, oracle=True,
                 interval=True))
+# Where a free decode goes wrong: at the stop, or in the tokens. Newman et al. 2020 trace +EOS
+# models' failures to their end-token decision ("length attractors"); a sequence that stops
+# early cannot be right, and one that stops late is wrong whatever it wrote.
+register(Metric("stopped_early", lambda o: o.stop_offset(o.decoded) < 0, "sequences",
+                "stopped early (decoded)", "%", higher_is_better=False,
+                decoded=True, interval=True))
+register(Metric("stopped_late", lambda o: o.stop_offset(o.decoded) > 0, "sequences",
+                "stopped late or never (decoded)", "%", higher_is_better=False,
+                decoded=True, interval=True))
+register(Metric("missing_tokens", lambda o: jnp.maximum(-o.stop_offset(o.decoded), 0),
+                "sequences", "tokens missing (decoded)",
+                "tokens", higher_is_better=False, decoded=True))
 register(Metric("token_accuracy", lambda o: o.token_hits(_forced(o)), "tokens",
                 "teacher-forced token accuracy", "%"))
 register(Metric("sequence_accuracy", lambda o: o.sequence_hits(_forced(o)), "sequences",

@@ -71,8 +71,9 @@ def write_results(run: LoadedRun, result: EvalResult, name: str = DEFAULT_EVAL_N
         writer.writerows(record["rows"])
     rows = record["rows"]
     lengths = [row["length"] for row in rows]
-    plotted = [HEADLINE] + [name for name, metric in METRICS.items()  # every '%' metric
-                            if metric.unit == "%" and name != HEADLINE and name in rows[0]]
+    plotted = [HEADLINE] + [name for name, metric in METRICS.items()  # every '%' accuracy
+                            if metric.unit == "%" and metric.higher_is_better
+                            and name != HEADLINE and name in rows[0]]
     curves = {metric: [row[metric] for row in rows] for metric in plotted}
     interval = ([row[f"{HEADLINE}_low"] for row in rows], [row[f"{HEADLINE}_high"] for row in rows])
     scaling = record["pe"].get("scaling", {}).get("type", "none")
@@ -148,16 +149,24 @@ def cached_exact_match(run_dir: str | Path, name: str, lengths: Sequence[int],
     return np.array([row.exact_match for row in result.rows])
 
 
-def read_exact_match(run_dir: str | Path, name: str, lengths: Sequence[int],
-                     overrides: Sequence[str] = ()) -> np.ndarray | None:
-    """Decoded exact match ``[L]`` from ``eval/<name>.json`` when it holds every length under the
-    same overrides (bucket widths aside), else None."""
+def read_rows(run_dir: str | Path, name: str, lengths: Sequence[int],
+              overrides: Sequence[str] = ()) -> list[dict[str, float]] | None:
+    """The rows at ``lengths`` of ``eval/<name>.json`` when it holds every one under the same
+    overrides (bucket widths aside), else None."""
     path = results_path(run_dir, name)
     if not path.exists():
         return None
     record = read_results(path)
-    rows = {row["length"]: row["exact_match"] for row in record["rows"]}
+    rows = {row["length"]: row for row in record["rows"]}
     if (all(n in rows for n in lengths)
             and _without_buckets(record["overrides"]) == _without_buckets(overrides)):
-        return np.array([rows[n] for n in lengths])
+        return [rows[n] for n in lengths]
     return None
+
+
+def read_exact_match(run_dir: str | Path, name: str, lengths: Sequence[int],
+                     overrides: Sequence[str] = ()) -> np.ndarray | None:
+    """Decoded exact match ``[L]`` from ``eval/<name>.json`` when it holds every length under the
+    same overrides (bucket widths aside), else None."""
+    rows = read_rows(run_dir, name, lengths, overrides)
+    return None if rows is None else np.array([row["exact_match"] for row in rows])
