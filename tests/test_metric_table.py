@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from pe_research.cli.eval import format_table
 from pe_research.evaluation.compare import compare_runs
 from pe_research.evaluation.metrics import (
     METRICS,
@@ -43,6 +44,11 @@ def test_new_metric_reaches_results_and_comparison(trained_run_dir, tmp_path,
     _, result, paths = evaluate_and_write(run_dir, checkpoint="latest", lengths=LENGTHS,
                                           overrides=["--config.wandb.mode=disabled"])
     assert [row.target_tokens for row in result.rows] == [n + 1.0 for n in LENGTHS]
+    header, *lines = format_table(result).splitlines()  # what `pe-research eval` prints
+    assert header.split()[:4] == ["length", "samples", "exact_match", "%"]
+    assert "target_tokens" in header.split() and "stopped_early" in header.split()
+    end = header.index("target_tokens") + len("target_tokens")  # cells are right-aligned
+    assert [line[:end].split()[-1] for line in lines] == ["5", "9", "13"]
 
     rows = json.loads(paths["json"].read_text())["rows"]
     assert [row["target_tokens"] for row in rows] == [n + 1.0 for n in LENGTHS]

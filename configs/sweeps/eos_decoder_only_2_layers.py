@@ -4,8 +4,9 @@ A control for eos_encoder_decoder.py: there, a 2-layer encoder with a 2-layer de
 from -EOS on reverse_string, while the 4-layer decoder-only models of demo_eos.py lost. This is
 the decoder-only model at the encoder-decoder's depth per stack (2 layers), same task, steps and
 seeds, so depth and architecture come apart. ALiBi, T5 and RoPE (NoPE is left out: with 2
-layers it had not learned even copy after 3,000 steps), +EOS and -EOS. About 10 minutes on 2 CPU cores; compare the arms with
-experiments/eos_decision.py; what it showed is in docs/results.md.
+layers it had not learned even copy after 3,000 steps), +EOS and -EOS. About 10 minutes on 2
+CPU cores; compare the arms with experiments/eos_decision.py; what it showed is in
+docs/results.md.
 """
 
 from pathlib import Path

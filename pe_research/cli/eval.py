@@ -54,10 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def format_table(result: EvalResult) -> str:
-    """The rows as a fixed-width text table: every metric of the table, fractions as %."""
+    """The rows as a fixed-width text table: every metric of the table under its name (what
+    ``compare --metric`` takes), fractions as %."""
     names = [name for name in METRICS if result.rows and name in result.rows[0].values]
-    headers = {name: METRICS[name].label.replace("teacher-forced", "forced")
-               + (" %" if METRICS[name].unit == "%" else "") for name in names}
+    headers = {name: name + (" %" if METRICS[name].unit == "%" else "") for name in names}
     interval = f"{HEADLINE} 95% interval"
     lines = ["  ".join([f"{'length':>6}", f"{'samples':>7}"]
                        + [f"{headers[n]:>{max(len(headers[n]), 7)}}" for n in names]
