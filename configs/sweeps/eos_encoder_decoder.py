@@ -15,13 +15,11 @@ from pathlib import Path
 from pe_research.config import load_config
 from pe_research.sweeps import Sweep, product
 
-SEEDS = Path(__file__).resolve().parent / "demo_seeds.py"
+REVERSE = Path(__file__).resolve().parent / "demo_reverse_seeds.py"
 
 
 def get_config():
-    config = load_config(SEEDS, validate=False)
-    config.task.name = "reverse_string"
-    config.train.steps = 5000
+    config = load_config(REVERSE, validate=False)
     config.model.architecture = "encoder_decoder"
     config.model.num_encoder_layers = 2
     config.model.num_decoder_layers = 2
