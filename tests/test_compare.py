@@ -6,19 +6,21 @@ import csv
 import math
 
 import jax
+import matplotlib.image
 import numpy as np
 import pytest
 
 from pe_research import cli
 from pe_research.config import base_config, save_config
 from pe_research.errors import ConfigError
-from pe_research.evaluation.compare import compare_runs, legend_names, load_curve
+from pe_research.evaluation.compare import compare_runs, legend_names, load_curve, natural_key
 from pe_research.evaluation.metrics import wilson_interval
 from pe_research.evaluation.range_eval import EvalResult, LengthResult
 from pe_research.evaluation.results import write_results
 from pe_research.mesh import data_mesh
 from pe_research.runs.restore import LoadedRun
 from pe_research.runs.tracking import JsonlWriter
+from pe_research.sweeps.report import varying_keys
 
 LENGTHS = (2, 4, 6, 8)  # trained on 1-4: lengths 6 and 8 are out of distribution
 CURVES = {  # exact match per length
@@ -60,6 +62,11 @@ def run_dirs(tmp_path):
     return [write_run(tmp_path / "runs", s, seed, exact) for (s, seed), exact in CURVES.items()]
 
 
+def png_width(path) -> int:
+    """Width in pixels of a PNG file."""
+    return matplotlib.image.imread(path).shape[1]
+
+
 def read_csv(path):
     with open(path) as handle:
         return {row["group"]: row for row in csv.DictReader(handle)}
@@ -86,6 +93,7 @@ def test_aggregates_over_seeds(run_dirs, tmp_path):
     assert "| alibi | 1 | 100.0 ± n/a | 100.0 | 80.0 ± n/a | 80.0 | 6 | 6 |" in markdown
     assert "max over seeds" in markdown and "ddof=1" in markdown
     assert paths["png"].stat().st_size > 10_000
+    assert png_width(paths["png"]) == 8 * 120  # 5 legend entries: the legend stays inside
 
 
 def test_training_time_curves_come_from_metrics_jsonl(run_dirs):
@@ -131,3 +139,26 @@ def test_a_legend_names_the_key_of_a_bare_number(run_dirs):
     both = [load_curve(run, group_by="model.pe.type,seed") for run in run_dirs]
     assert set(legend_names(both, "model.pe.type,seed").values()) == {
         "pe.type=rope, seed=0", "pe.type=rope, seed=1", "pe.type=alibi, seed=0"}
+
+
+def test_a_key_only_one_scheme_has_labels_only_its_runs(run_dirs, tmp_path):
+    """A sweep over schemes varies ``model.pe.max_len`` only where it exists (learned)."""
+    learned = write_run(tmp_path / "runs", "learned", 0, (1.0, 1.0, 0.0, 0.0))
+    runs = [*run_dirs, learned]
+    assert varying_keys(runs, ["model.pe.type", "model.pe.max_len", "data.batch_size"]) == [
+        "model.pe.type", "model.pe.max_len"]
+    rows = base_config(task="reverse_string", pe="learned").model.pe.max_len
+    paths = compare_runs(runs, tmp_path / "out", group_by="model.pe.type,model.pe.max_len")
+    table = read_csv(paths["csv"])
+    assert set(table) == {"pe.type=rope", "pe.type=alibi", f"pe.type=learned, max_len={rows}"}
+    assert float(table[f"pe.type=learned, max_len={rows}"]["ood_mean"]) == 0.0
+    assert float(table["pe.type=rope"]["ood_mean"]) == pytest.approx(0.1875)  # as without it
+    assert png_width(paths["png"]) == (8 + 4.5) * 120  # 7 legend entries: set beside the axes
+    with pytest.raises(ConfigError, match="model.pe.max_lne"):  # a key no run has: a typo
+        compare_runs(runs, tmp_path / "typo", group_by="model.pe.type,model.pe.max_lne")
+
+
+def test_groups_named_by_numbers_are_ordered_by_value():
+    names = ["max_position=1024", "max_position=128", "max_position=0", "alibi", "pe.type=rope"]
+    assert sorted(names, key=natural_key) == ["alibi", "max_position=0", "max_position=128",
+                                              "max_position=1024", "pe.type=rope"]

@@ -56,29 +56,58 @@ class RunCurve:
 
 def config_value(config: Mapping[str, Any], dotted: str) -> Any:
     """``config['a']['b']`` for ``'a.b'``; ConfigError naming the missing key."""
+    if not has_key(config, dotted):
+        raise ConfigError("--group-by", dotted, "a dotted key of config.json, e.g. "
+                          "model.pe.type, seed or model.pe.scaling.type")
     node: Any = config
     for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            raise ConfigError("--group-by", dotted, "a dotted key of config.json, e.g. "
-                              "model.pe.type, seed or model.pe.scaling.type")
         node = node[part]
     return node
 
 
+def has_key(config: Mapping[str, Any], dotted: str) -> bool:
+    """Whether ``config`` holds the dotted key ``dotted``."""
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def group_keys(group_by: str) -> list[str]:
+    """The comma-separated keys of ``group_by``, stripped."""
+    return [key.strip() for key in group_by.split(",") if key.strip()]
+
+
 def group_label(config: Mapping[str, Any], group_by: str) -> str:
     """The group a run belongs to: the value of ``group_by``, or ``k=v, ...`` for several
-    comma-separated keys (``model.pe.type,model.pe.randomize.max_position``)."""
-    keys = [key.strip() for key in group_by.split(",") if key.strip()]
+    comma-separated keys (``model.pe.type,model.pe.randomize.max_position``).
+
+    Of several keys, those this run's config lacks are left out of its label: a scheme's own
+    key (``model.pe.max_len``, learned positions only) then names only that scheme's runs.
+    """
+    keys = group_keys(group_by)
     if len(keys) == 1:
         return str(config_value(config, keys[0]))
     labels = short_keys(keys)
-    return ", ".join(f"{labels[key]}={config_value(config, key)}" for key in keys)
+    present = [key for key in keys if has_key(config, key)]
+    if not present:
+        config_value(config, keys[0])  # raises, naming the key
+    return ", ".join(f"{labels[key]}={config_value(config, key)}" for key in present)
+
+
+def check_group_keys(curves: Sequence[RunCurve], group_by: str) -> None:
+    """ConfigError for a ``group_by`` key no run's config has (a typo, not a scheme's key)."""
+    for key in group_keys(group_by):
+        if not any(has_key(curve.config, key) for curve in curves):
+            config_value(curves[0].config, key)  # raises, naming the key
 
 
 def legend_names(curves: Sequence[RunCurve], group_by: str) -> dict[str, str]:
     """Each group's name in a figure legend: a bare number or flag becomes ``key=value``
     (``max_position=128``); names (``alibi``) and multi-key labels stay as they are."""
-    keys = [key.strip() for key in group_by.split(",") if key.strip()]
+    keys = group_keys(group_by)
     if len(keys) != 1:
         return {curve.group: curve.group for curve in curves}
     label = short_keys(keys)[keys[0]]
@@ -130,6 +159,12 @@ def check_compatible(curves: Sequence[RunCurve], allow_mixed: bool) -> None:
                     "their curves are not comparable; pass --allow-mixed to overlay them anyway")
 
 
+def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key that orders the numbers inside names by value: max_position=128 before 1024."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part)
+                 for part in re.split(r"(\d+)", name) if part)
+
+
 def aggregate(curves: Sequence[RunCurve], metric: str = HEADLINE) -> dict[str, dict[str, Any]]:
     """Per group: common lengths and mean / std (ddof=1) / best over its runs."""
     definition = get_metric(metric)
@@ -137,7 +172,7 @@ def aggregate(curves: Sequence[RunCurve], metric: str = HEADLINE) -> dict[str, d
     for curve in curves:
         groups.setdefault(curve.group, []).append(curve)
     result = {}
-    for name in sorted(groups):
+    for name in sorted(groups, key=natural_key):
         members = groups[name]
         common = sorted(set.intersection(*(set(c.lengths.tolist()) for c in members)))
         if any(len(c.lengths) != len(common) for c in members):
@@ -234,6 +269,7 @@ def comparison(run_dirs: Sequence[str | Path], *, group_by: str = "model.pe.type
                ) -> tuple[list[RunCurve], dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     """The runs' curves, their groups (``aggregate``) and each group's summary."""
     curves = [load_curve(run_dir, metric, eval_name, group_by) for run_dir in run_dirs]
+    check_group_keys(curves, group_by)
     check_compatible(curves, allow_mixed)
     groups = aggregate(curves, metric)
     return curves, groups, {name: summarize_group(group, threshold)

@@ -17,7 +17,7 @@ from typing import Any
 
 from pe_research.atomic_files import atomic_write_text
 from pe_research.config.naming import value_name
-from pe_research.evaluation.compare import compare_runs, config_value
+from pe_research.evaluation.compare import compare_runs, config_value, has_key
 from pe_research.evaluation.paper_table import write_paper_table
 from pe_research.evaluation.range_eval import evaluate_members
 from pe_research.evaluation.results import write_results
@@ -62,10 +62,12 @@ def comparison_groups(manifest: Mapping[str, Any], root: Path) -> dict[str, list
 
 
 def varying_keys(run_dirs: Sequence[Path], keys: Sequence[str]) -> list[str]:
-    """The keys of ``keys`` whose value differs between the runs."""
+    """The keys of ``keys`` whose value differs between the runs; a key some runs' configs
+    lack (a scheme's own, such as ``model.pe.max_len``) differs where others have it."""
     configs = [RunDir(run_dir).read_config() for run_dir in run_dirs]
     return [key for key in keys
-            if len({json.dumps(config_value(config, key)) for config in configs}) > 1]
+            if len({json.dumps(config_value(config, key) if has_key(config, key) else None)
+                     for config in configs}) > 1]
 
 
 def report(sweep_dir: SweepDir, *, reevaluate: bool = False) -> dict[str, Path]:
