@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -37,15 +38,26 @@ def mark_training_range(axes: plt.Axes, train_lengths: Sequence[int]) -> None:
     axes.axvline(high + 0.5, color="0.4", linestyle=":", linewidth=1)
 
 
+LEGEND_INSIDE = 6  # legend entries drawn inside the axes; more go beside them
+
+
 def _finish(figure: plt.Figure, axes: plt.Axes, title: str, ylabel: str, path: Path,
             percent: bool = True) -> Path:
     axes.set_xlabel("task length n (tokens)")
-    axes.set_ylabel(ylabel)
+    axes.set_ylabel(textwrap.fill(ylabel, int(9 * figure.get_size_inches()[1])))
     if percent:
         axes.set_ylim(-2, 102)
-    axes.set_title(title, fontsize=10)
+    width, height = figure.get_size_inches()
+    entries = len(axes.get_legend_handles_labels()[1])
+    if entries > LEGEND_INSIDE:  # a long legend would hide the curves: put it beside them
+        figure.set_size_inches(width + 4.5, height + 0.1 * max(0, entries - 16))
+        axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    else:
+        axes.legend(fontsize=8, loc="best")
+    characters = int(12 * width)  # about what fits over the axes at fontsize 10
+    axes.set_title("\n".join(textwrap.fill(line, characters) for line in title.split("\n")),
+                   fontsize=10)
     axes.grid(alpha=0.3)
-    axes.legend(fontsize=8, loc="best")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_savefig(figure, path, dpi=120)
