@@ -155,6 +155,24 @@ def test_encoder_only_decoding_reads_every_slot_at_once():
     np.testing.assert_array_equal(decoded, expected)
 
 
+def test_encoder_only_oracle_length_puts_eos_in_the_end_slot_only():
+    """With the oracle length the end slot holds EOS and no other slot does, even where the
+    model's argmax is EOS: the other slots take their best non-EOS token."""
+    model = single_stack("encoder_only", "rope")
+    batch = ragged_batch()
+    positions = batch_positions(model.config.pe, batch, jax.random.key(0), False, "encoder_only")
+    eos_steps_B = jnp.sum(batch["target_mask"], axis=-1) - 1  # [4, 2]
+    logits = logits_of(model, batch)
+    for eos in (EOS_ID, int(jnp.argmax(logits[0, 0]))):  # the second: slot 0's own argmax
+        decoded = greedy_decode(model, batch["source"], positions[0], batch["source_mask"],
+                                positions[1], target_mask_BxT=batch["target_mask"], eos_id=eos,
+                                eos_steps_B=eos_steps_B)
+        best_other = jnp.argmax(logits.at[..., eos].set(-jnp.inf), -1)
+        expected = jnp.where(jnp.arange(6) == eos_steps_B[:, None], eos, best_other)
+        np.testing.assert_array_equal(decoded, jnp.where(batch["target_mask"], expected, 0))
+        assert decoded[0, 0] != eos and decoded[0, 4] == eos and decoded[1, 2] == eos
+
+
 def test_decoder_only_loss_ignores_the_source_outputs():
     """The loss has zero gradient w.r.t. the final states at source slots, not at target ones."""
     model = single_stack("decoder_only", "alibi")

@@ -59,13 +59,13 @@ def greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.A
     Step t feeds the token chosen at step t-1 (BOS at t = 0) at position
     ``target_positions_BxT[:, t]`` and keeps every earlier key/value in the cache.
     ``target_mask_BxT`` (the output slots) is read by the encoder-only model only, which is
-    given its length anyway (``eos_steps_B`` changes nothing there).
+    given its number of slots; there ``eos_steps_B`` fixes what its end slot holds.
     ``eos_steps_B`` ``[B]``: the oracle length, the step of each sequence's EOS (-1: none).
     """
     architecture = model.config.architecture
     if architecture == "encoder_only":
         return slot_decode(model, source_BxS, source_positions_BxS, source_mask_BxS,
-                           target_positions_BxT, target_mask_BxT, pad_id)
+                           target_positions_BxT, target_mask_BxT, pad_id, eos_steps_B, eos_id)
     if architecture == "decoder_only":
         return causal_greedy_decode(model, source_BxS, source_positions_BxS, source_mask_BxS,
                                     target_positions_BxT, bos_id, eos_id, pad_id, eos_steps_B)
@@ -131,16 +131,23 @@ def naive_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS:
 
 def slot_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.Array,
                 source_mask_BxS: jax.Array, target_positions_BxT: jax.Array,
-                target_mask_BxT: jax.Array | None, pad_id: int = PAD_ID) -> jax.Array:
-    """Encoder-only: the argmax at every real output slot (PAD elsewhere), in one pass."""
+                target_mask_BxT: jax.Array | None, pad_id: int = PAD_ID,
+                eos_steps_B: jax.Array | None = None, eos_id: int = EOS_ID) -> jax.Array:
+    """Encoder-only: the argmax at every real output slot (PAD elsewhere), in one pass; with
+    ``eos_steps_B`` ``[B]``, EOS at that slot and never at another (the oracle length)."""
     shape = (source_BxS.shape[0], target_positions_BxT.shape[1])
     if target_mask_BxT is None:
         target_mask_BxT = jnp.ones(shape, bool)
     unused_BxT = jnp.zeros(shape, jnp.int32)  # slots ignore their tokens
     logits_BxTxV = model(source_BxS, unused_BxT, source_positions_BxS, target_positions_BxT,
                          source_mask_BxS, target_mask_BxT)
-    return jnp.where(target_mask_BxT, jnp.argmax(logits_BxTxV, axis=-1).astype(jnp.int32),
-                     pad_id)
+    if eos_steps_B is not None:
+        logits_BxTxV = logits_BxTxV.at[..., eos_id].set(-jnp.inf)
+    chosen_BxT = jnp.argmax(logits_BxTxV, axis=-1).astype(jnp.int32)
+    if eos_steps_B is not None:
+        steps_BxT = jnp.arange(shape[1])[None, :]
+        chosen_BxT = jnp.where(steps_BxT == eos_steps_B[:, None], eos_id, chosen_BxT)
+    return jnp.where(target_mask_BxT, chosen_BxT, pad_id)
 
 
 def causal_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.Array,
