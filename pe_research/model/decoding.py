@@ -36,9 +36,10 @@ def _first_state(batch: int, length: int, pad_id: int) -> tuple[jax.Array, jax.A
 def _choose(logits_BxV: jax.Array, done_B: jax.Array, pad_id: int, step: jax.Array | int = 0,
             eos_steps_B: jax.Array | None = None, eos_id: int = EOS_ID) -> jax.Array:
     """Greedy token ``[B]`` (int32); PAD for finished sequences. With ``eos_steps_B``, EOS at
-    exactly that step (never before, whatever its logit)."""
+    exactly that step (never before, whatever its logit). Broadcasts: logits ``[B, T, V]``
+    with ``done``, ``step`` and ``eos_steps`` shaped to ``[B, T]`` choose every slot at once."""
     if eos_steps_B is not None:
-        logits_BxV = logits_BxV.at[:, eos_id].set(-jnp.inf)
+        logits_BxV = logits_BxV.at[..., eos_id].set(-jnp.inf)
     chosen_B = jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32)
     if eos_steps_B is not None:
         chosen_B = jnp.where(step == eos_steps_B, eos_id, chosen_B)
@@ -141,13 +142,9 @@ def slot_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.Arr
     unused_BxT = jnp.zeros(shape, jnp.int32)  # slots ignore their tokens
     logits_BxTxV = model(source_BxS, unused_BxT, source_positions_BxS, target_positions_BxT,
                          source_mask_BxS, target_mask_BxT)
-    if eos_steps_B is not None:
-        logits_BxTxV = logits_BxTxV.at[..., eos_id].set(-jnp.inf)
-    chosen_BxT = jnp.argmax(logits_BxTxV, axis=-1).astype(jnp.int32)
-    if eos_steps_B is not None:
-        steps_BxT = jnp.arange(shape[1])[None, :]
-        chosen_BxT = jnp.where(steps_BxT == eos_steps_B[:, None], eos_id, chosen_BxT)
-    return jnp.where(target_mask_BxT, chosen_BxT, pad_id)
+    eos_steps_Bx1 = None if eos_steps_B is None else eos_steps_B[:, None]
+    return _choose(logits_BxTxV, ~target_mask_BxT, pad_id, jnp.arange(shape[1])[None, :],
+                   eos_steps_Bx1, eos_id)
 
 
 def causal_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.Array,
