@@ -137,9 +137,16 @@ def test_without_predict_eos_the_loss_skips_the_end_token():
 
 
 @pytest.mark.slow
-def test_range_eval_adds_oracle_exact_match_only_when_asked(trained_run_dir):
+def test_range_eval_adds_oracle_exact_match_when_asked_or_trained_without_eos(trained_run_dir,
+                                                                              tmp_path):
     plain = evaluate_run(load_run(trained_run_dir), (4, 12))
     oracle = evaluate_run(load_run(trained_run_dir, None, ["eval.oracle_length=True"]), (4, 12))
+    minus = tmp_path / "seed_0"  # the same weights, filed as a -EOS run: nothing else to ask
+    shutil.copytree(trained_run_dir, minus)
+    config = json.loads(RunDir(minus).config.read_text())
+    config["train"]["predict_eos"] = False
+    RunDir(minus).config.write_text(json.dumps(config))
+    assert evaluate_run(load_run(minus), (4, 12)).rows == oracle.rows
     for free_row, oracle_row in zip(plain.rows, oracle.rows, strict=True):
         assert "oracle_exact_match" not in free_row.values
         # A sequence decoded right stops at the right place, so the oracle decodes it the same.

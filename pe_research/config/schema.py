@@ -46,7 +46,7 @@ BLOCK_DEFAULTS: dict[str, dict[str, Any]] = {
         "eval_lengths": (),  # longer task lengths evaluated during training
         "steps_per_call": 0,  # train steps per jitted call (0: the largest divisor up to 10)
         # False: the loss skips the end token, so the model never learns where to stop (-EOS of
-        # Newman et al. 2020); evaluate such runs with eval.oracle_length.
+        # Newman et al. 2020); range eval then also decodes at the oracle length.
         "predict_eos": True,
     },
     "eval": {
@@ -57,7 +57,8 @@ BLOCK_DEFAULTS: dict[str, dict[str, Any]] = {
         # split into smaller ones of one shape. 0 -> half of the device's memory.
         "memory_budget_gb": 0.0,
         # Also decode with the end token forced at the true length (oracle_exact_match;
-        # Newman et al. 2020): what the model writes, apart from where it stops.
+        # Newman et al. 2020): what the model writes, apart from where it stops. Always on for
+        # a run trained with train.predict_eos False.
         "oracle_length": False,
     },
     "wandb": {

@@ -115,6 +115,12 @@ def example_statistics(model: Any, batch: Mapping[str, jax.Array], position_key:
     return example_sums(outputs, range_metrics(oracle_length))
 
 
+def decodes_at_oracle_length(config: ml_collections.ConfigDict) -> bool:
+    """Whether range evaluation also decodes at the true length: when ``eval.oracle_length``
+    asks, and always for a run trained without the end token, which never learned to stop."""
+    return bool(config.eval.oracle_length) or not config.train.get("predict_eos", True)
+
+
 def eval_position_key(seed: int) -> jax.Array:
     """The key the training-time evaluation draws positions from (matters only if randomized)."""
     return jax.random.split(jax.random.fold_in(jax.random.key(seed), EVAL_KEY_TAG))[0]
@@ -152,10 +158,11 @@ class RangeEvaluator:
         self.compiled_shapes: list[tuple[int, int, int]] = []
         self.batch_rows: dict[tuple[int, int], int] = {}  # (source, target) widths -> rows
         position_key = eval_position_key(config.seed)
+        oracle_length = decodes_at_oracle_length(config)
 
         def statistics(params, batch):
             return example_statistics(nnx.merge(graphdef, params, rest), batch, position_key,
-                                      config.eval.oracle_length)
+                                      oracle_length)
 
         def traced_statistics(params, batch):
             shape = (*batch["source"].shape, batch["target_input"].shape[1])
@@ -281,11 +288,12 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
              for dataset in datasets]
     compiled_shapes: list[tuple[int, int, int]] = []
     graphdef, rest = runs[0].graphdef, runs[0].rest
+    oracle_length = decodes_at_oracle_length(first)
 
     def statistics(params, batch, position_key):
         compiled_shapes.append((*batch["source"].shape[1:], batch["target_input"].shape[2]))
         return jax.vmap(lambda p, b, k: example_statistics(
-            nnx.merge(graphdef, p, rest), b, k, first.eval.oracle_length))(
+            nnx.merge(graphdef, p, rest), b, k, oracle_length))(
             params, batch, position_key)
 
     stacked_statistics = jax.jit(statistics)
