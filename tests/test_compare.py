@@ -38,11 +38,13 @@ def row_values(exact: float, samples: int) -> dict[str, float]:
             "loss": 0.1}
 
 
-def write_run(root, scheme: str, seed: int, exact, train_lengths=(1, 4)):
-    """config.json, metrics.jsonl (JsonlWriter) and eval/eval.* (write_results) of one run."""
+def write_run(root, scheme: str, seed: int, exact, train_lengths=(1, 4), predict_eos=True):
+    """config.json, metrics.jsonl (JsonlWriter) and eval/eval.* (write_results) of one run;
+    without ``predict_eos``, ``exact`` is the oracle-length exact match and free decodes fail."""
     run_dir = root / f"{scheme}_s{seed}"
     config = base_config(task="reverse_string", pe=scheme)
     config.seed, config.data.train_lengths = seed, train_lengths
+    config.train.predict_eos = predict_eos
     save_config(config, run_dir)
     writer = JsonlWriter(run_dir / "metrics.jsonl")
     writer.log(10, {"train/loss": 1.0, "eval_length_6/sequence_accuracy": 0.0})
@@ -52,6 +54,10 @@ def write_run(root, scheme: str, seed: int, exact, train_lengths=(1, 4)):
     samples = 20
     rows = [LengthResult(n, samples, row_values(e, samples)) for n, e in zip(LENGTHS, exact,
                                                                               strict=True)]
+    if not predict_eos:
+        rows = [LengthResult(row.length, samples, {**row_values(0.0, samples),
+                                                   "oracle_exact_match": e})
+                for row, e in zip(rows, exact, strict=True)]
     run = LoadedRun(run_dir, config, None, 20, None, None, None, data_mesh(jax.devices()[:1]))
     write_results(run, EvalResult(rows, 1, [(4, 8, 16)], 0.5), "eval")
     return run_dir
@@ -109,6 +115,20 @@ def test_training_time_curves_come_from_metrics_jsonl(run_dirs):
         load_curve(run_dirs[0], metric="oracle_exact_match")
 
 
+def test_runs_trained_without_the_end_token_are_compared_at_the_oracle_length(run_dirs,
+                                                                              tmp_path):
+    minus = [write_run(tmp_path / "minus", scheme, seed, exact, predict_eos=False)
+             for (scheme, seed), exact in CURVES.items()]
+    paths = compare_runs(minus, tmp_path / "out")
+    assert "Metric: oracle_exact_match" in paths["markdown"].read_text()
+    assert float(read_csv(paths["csv"])["alibi"]["ood_mean"]) == pytest.approx(0.8)
+    # Next to a +EOS run the default stays the free decode, which every run has.
+    paths = compare_runs([*minus[:2], run_dirs[2]], tmp_path / "both")
+    table = read_csv(paths["csv"])
+    assert float(table["rope"]["in_dist_mean"]) == 0.0
+    assert float(table["alibi"]["ood_mean"]) == pytest.approx(0.8)
+
+
 def test_different_training_lengths_are_refused_unless_mixed(run_dirs, tmp_path):
     longer = write_run(tmp_path / "runs", "t5", 0, (1.0, 1.0, 1.0, 0.5), train_lengths=(1, 6))
     with pytest.raises(ConfigError, match="data.train_lengths") as error:
@@ -117,7 +137,10 @@ def test_different_training_lengths_are_refused_unless_mixed(run_dirs, tmp_path)
     paths = compare_runs([*run_dirs, longer], tmp_path / "mixed", allow_mixed=True)
     t5 = read_csv(paths["csv"])["t5"]
     assert float(t5["in_dist_mean"]) == 1.0 and float(t5["ood_mean"]) == 0.5  # its own 1-6
-    assert "mixed" in paths["markdown"].read_text()
+    markdown = paths["markdown"].read_text()
+    assert markdown.startswith(
+        "# Length extrapolation: reverse_string, mixed training lengths 1-4, 1-6\n")
+    assert "evaluated lengths within each run's training range" in markdown
 
 
 def test_cli_takes_a_glob_and_a_group_key(run_dirs, tmp_path, capsys):

@@ -5,12 +5,13 @@ The table of "Randomized Positional Encodings Boost Length Generalization of Tra
 8 heads, dropout 0.1) that reads the input followed by one slot per output token; the 15
 Chomsky-hierarchy tasks x {NoPE, sin/cos, learned, RoPE, ALiBi, relative (Transformer-XL)} x
 {plain, randomized over [0, 2048)} x 10 seeds (NoPE has no randomized variant): 165 grid
-points, 1,650 runs. Training lengths
-1-40 (uniform, one length per batch), batch 128, Adam at 1e-3, clipping 1.0, evaluation up to
-length 500 (configs/randomized_pe_benchmark.py, checked against experiments/example.py of
-google-deepmind/randomized_positional_encodings). Randomized positions are drawn once per batch
-as in that code (model.pe.randomize.per=batch). The score is the papers' per-token accuracy on
-output tokens (`output_token_accuracy`) averaged over lengths 41-500, best of 10 seeds:
+points, 1,650 runs. As in the paper, the end token is not a target (train.predict_eos=False).
+Training lengths 1-40 (uniform, one length per batch), batch 128, Adam at 1e-3, clipping 1.0,
+evaluation up to length 500 (configs/randomized_pe_benchmark.py, checked against
+experiments/example.py of google-deepmind/randomized_positional_encodings). Randomized positions
+are drawn once per batch as in that code (model.pe.randomize.per=batch). The score is the
+papers' per-token accuracy on output tokens (`output_token_accuracy`) averaged over lengths
+41-500, best of 10 seeds:
 
     pe-research sweep report runs/rpe_table
     pe-research table 'runs/rpe_table/*/*' --out runs/rpe_table/report
@@ -33,6 +34,10 @@ def get_config():
     config = load_config(BASE, validate=False)
     config.model.architecture = "encoder_only"
     config.model.pe.randomize.per = "batch"
+    # The paper's model has no end-token slot. With one, NoPE cannot score on a one-token answer:
+    # its answer slot and end slot are the same input (docs/results.md, NoPE on the regular
+    # tasks). Range evaluation of such runs also decodes at the oracle length.
+    config.train.predict_eos = False
     config.wandb.group = "randomized_pe_table"
     return config
 

@@ -28,6 +28,7 @@ def get_config():
     config.model.num_heads = 4
     config.model.dropout_rate = 0.0
     config.model.pe.randomize.max_position = 256
+    config.train.predict_eos = True  # the end-token slot, as when its results were recorded
     config.train.steps = 2000
     config.train.learning_rate = 1e-3
     config.train.log_every = 100

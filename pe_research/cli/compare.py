@@ -40,9 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group-by", default="model.pe.type",
                         help="config key that names a curve (default model.pe.type); several, "
                              "comma-separated, group by their combination")
-    parser.add_argument("--metric", default=HEADLINE, choices=list(METRICS),
-                        help=f"a metric of the metric table (default {HEADLINE}); decoded ones "
-                             "come from `pe-research eval`, the others also from training")
+    parser.add_argument("--metric", default=None, choices=list(METRICS),
+                        help=f"a metric of the metric table (default {HEADLINE}, or "
+                             "oracle_exact_match when every run was trained with "
+                             "train.predict_eos=False); decoded ones come from `pe-research "
+                             "eval`, the others also from training")
     parser.add_argument("--name", default=DEFAULT_EVAL_NAME,
                         help="which eval results: RUN_DIR/eval/NAME.json "
                              f"(default {DEFAULT_EVAL_NAME!r})")

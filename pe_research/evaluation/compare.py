@@ -146,6 +146,30 @@ def load_curve(run_dir: str | Path, metric: str = HEADLINE,
                       f"{during}")
 
 
+def default_metric(run_dirs: Sequence[str | Path]) -> str:
+    """Exact match as decoded; at the oracle length when every run was trained without the end
+    token (``train.predict_eos`` False), whose free decodes never stop."""
+    configs = [RunDir(d).read_config() for d in run_dirs if RunDir(d).is_run()]
+    if configs and not any(c["train"].get("predict_eos", True) for c in configs):
+        return "oracle_exact_match"
+    return HEADLINE
+
+
+def what_was_trained(curves: Sequence[RunCurve]) -> tuple[str, str]:
+    """('reverse_string', 'trained on lengths 1-10') for a title; several tasks or training
+    ranges are named as such, never as the first run's."""
+    names = sorted({c.config["task"]["name"] for c in curves})
+    ranges = sorted({c.train_lengths for c in curves})
+    task = names[0] if len(names) == 1 else (
+        ", ".join(names) if len(names) <= 3 else f"{len(names)} tasks")
+    if len(names) == 1 and len({json.dumps(c.config["task"], sort_keys=True)
+                                for c in curves}) > 1:
+        task += " (mixed task settings)"
+    trained = (f"trained on lengths {ranges[0][0]}-{ranges[0][1]}" if len(ranges) == 1
+               else "mixed training lengths " + ", ".join(f"{a}-{b}" for a, b in ranges))
+    return task, trained
+
+
 def check_compatible(curves: Sequence[RunCurve], allow_mixed: bool) -> None:
     """Refuse runs trained on different tasks or length ranges unless ``allow_mixed``."""
     first = curves[0]
@@ -290,13 +314,15 @@ def comparison_finding(groups: Mapping[str, Mapping[str, Any]],
 
 
 def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
-                 group_by: str = "model.pe.type", metric: str = HEADLINE,
+                 group_by: str = "model.pe.type", metric: str | None = None,
                  eval_name: str = DEFAULT_EVAL_NAME, threshold: float = 0.9,
                  allow_mixed: bool = False, show: str = "both") -> dict[str, Path]:
-    """Overlay the runs' curves by group; write ``comparison.{png,md,csv}`` into ``out_dir``."""
-    definition = get_metric(metric)
+    """Overlay the runs' curves by group; write ``comparison.{png,md,csv}`` into ``out_dir``
+    (``metric`` None: ``default_metric``)."""
     if not run_dirs:
         raise ConfigError("RUN_DIR", (), "give at least one run directory (or a glob)")
+    metric = metric or default_metric(run_dirs)
+    definition = get_metric(metric)
     if show not in ("both", "mean", "max"):
         raise ConfigError("--show", show, "choose one of ('both', 'mean', 'max')")
     if not 0.0 <= threshold <= 1.0:
@@ -309,9 +335,13 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
     paths = {"png": out_dir / "comparison.png", "markdown": out_dir / "comparison.md",
              "csv": out_dir / "comparison.csv"}
     first = curves[0]
-    task, (low, high) = first.config["task"]["name"], first.train_lengths
+    low, high = first.train_lengths
+    one_range = len({c.train_lengths for c in curves}) == 1
+    inside, beyond = (f"{low}-{high}", f"> {high}") if one_range else (
+        "within each run's training range", "beyond it")
     kinds = {(json.dumps(c.config["task"], sort_keys=True), c.train_lengths) for c in curves}
-    mixed = " (mixed tasks/lengths)" if len(kinds) > 1 else ""
+    mixed = len(kinds) > 1
+    title = what_was_trained(curves)
     best = best_word(definition)
     shown = {"both": f"mean ± std over seeds (std with ddof=1) and {best} over seeds",
              "mean": "mean ± std over seeds (std with ddof=1)", "max": f"{best} over seeds"}[show]
@@ -320,20 +350,20 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
     legend = legend_names(curves, group_by)
     plot_comparison({legend[name]: group for name, group in groups.items()},
                     first.train_lengths, metric,
-                    f"{task}{mixed}{model}, trained on lengths {low}-{high}, by {group_by}",
+                    f"{title[0]}{model}, {title[1]}, by {group_by}",
                     paths["png"], show)
     sources = sorted({c.source for c in curves})
-    notes = [f"# Length extrapolation: {task}{mixed}{model}, trained on lengths {low}-{high}", "",
+    notes = [f"# Length extrapolation: {title[0]}{model}, {title[1]}", "",
              f"Metric: {metric}, {definition.axis_label} (from {', '.join(sources)}). Runs "
              f"grouped by `{group_by}`. "
-             f"Aggregates over seeds: {shown}. In-dist: mean over evaluated lengths {low}-{high}; "
-             f"OOD: mean over evaluated lengths > {high}; longest n: the longest length up to "
+             f"Aggregates over seeds: {shown}. In-dist: mean over evaluated lengths {inside}; "
+             f"OOD: mean over evaluated lengths {beyond}; longest n: the longest length up to "
              f"which every evaluated length scores ≥ {100 * threshold:g}% on the group's mean "
              f"(or {best}) curve.", "",
              markdown_table(summaries, group_by, threshold, definition), ""]
     if finding := comparison_finding({legend[name]: g for name, g in groups.items()},
                                      {legend[name]: s for name, s in summaries.items()},
-                                     definition, group_by=group_by, mixed=bool(mixed)):
+                                     definition, group_by=group_by, mixed=mixed):
         notes += [f"What the curves show: {finding}", ""]
     notes += [f"Figure: {paths['png'].name}", "", "Runs:"]
     notes += [f"- {name}: " + ", ".join(str(m.run_dir) for m in group["members"])
