@@ -7,6 +7,7 @@ import math
 
 import jax
 import matplotlib.image
+import matplotlib.pyplot
 import numpy as np
 import pytest
 
@@ -15,6 +16,7 @@ from pe_research.config import base_config, save_config
 from pe_research.errors import ConfigError
 from pe_research.evaluation.compare import compare_runs, legend_names, load_curve, natural_key
 from pe_research.evaluation.metrics import wilson_interval
+from pe_research.evaluation.plots import mark_training_ranges
 from pe_research.evaluation.range_eval import EvalResult, LengthResult
 from pe_research.evaluation.results import write_results
 from pe_research.mesh import data_mesh
@@ -141,6 +143,17 @@ def test_different_training_lengths_are_refused_unless_mixed(run_dirs, tmp_path)
     assert markdown.startswith(
         "# Length extrapolation: reverse_string, mixed training lengths 1-4, 1-6\n")
     assert "evaluated lengths within each run's training range" in markdown
+
+
+def test_every_training_range_is_marked_on_a_mixed_plot():
+    figure, axes = matplotlib.pyplot.subplots()
+    mark_training_ranges(axes, [(1, 4), (1, 6), (1, 4)])
+    (span,), lines = axes.patches, axes.lines
+    assert span.get_label() == "training lengths 1-4, 1-6"
+    xs = axes.transData.inverted().transform(span.get_verts())[:, 0]  # any matplotlib >= 3.8
+    np.testing.assert_allclose((xs.min(), xs.max()), (0.5, 6.5))
+    assert sorted(line.get_xdata()[0] for line in lines) == [4.5, 6.5]
+    matplotlib.pyplot.close(figure)
 
 
 def test_cli_takes_a_glob_and_a_group_key(run_dirs, tmp_path, capsys):

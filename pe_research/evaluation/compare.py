@@ -349,7 +349,7 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
     model = "" if architecture == "encoder_decoder" else f" ({architecture.replace('_', '-')})"
     legend = legend_names(curves, group_by)
     plot_comparison({legend[name]: group for name, group in groups.items()},
-                    first.train_lengths, metric,
+                    [c.train_lengths for c in curves], metric,
                     f"{title[0]}{model}, {title[1]}, by {group_by}",
                     paths["png"], show)
     sources = sorted({c.source for c in curves})

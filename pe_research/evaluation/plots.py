@@ -32,10 +32,17 @@ def _axis_label(metric: str) -> str:
 
 def mark_training_range(axes: plt.Axes, train_lengths: Sequence[int]) -> None:
     """Shade the trained lengths and draw a line at the longest one."""
-    low, high = train_lengths
-    axes.axvspan(low - 0.5, high + 0.5, color="0.9", zorder=0,
-                 label=f"training lengths {low}-{high}")
-    axes.axvline(high + 0.5, color="0.4", linestyle=":", linewidth=1)
+    mark_training_ranges(axes, [train_lengths])
+
+
+def mark_training_ranges(axes: plt.Axes, ranges: Sequence[Sequence[int]]) -> None:
+    """Shade the lengths any of ``ranges`` trained on, with a line at each one's longest."""
+    ranges = sorted({(int(low), int(high)) for low, high in ranges})
+    names = ", ".join(f"{low}-{high}" for low, high in ranges)
+    axes.axvspan(min(low for low, _ in ranges) - 0.5, max(high for _, high in ranges) + 0.5,
+                 color="0.9", zorder=0, label=f"training lengths {names}")
+    for high in sorted({high for _, high in ranges}):
+        axes.axvline(high + 0.5, color="0.4", linestyle=":", linewidth=1)
 
 
 LEGEND_INSIDE = 6  # legend entries drawn inside the axes; more go beside them
@@ -82,9 +89,11 @@ def plot_eval_curve(lengths: Sequence[int], curves: dict[str, Sequence[float]],
     return _finish(figure, axes, title, "accuracy (%)", Path(path))
 
 
-def plot_comparison(groups: dict[str, dict[str, np.ndarray]], train_lengths: Sequence[int],
-                    metric: str, title: str, path: str | Path, show: str = "both") -> Path:
-    """Curves per group: mean over seeds with a ±1 std band and/or the best seed.
+def plot_comparison(groups: dict[str, dict[str, np.ndarray]],
+                    train_ranges: Sequence[Sequence[int]], metric: str, title: str,
+                    path: str | Path, show: str = "both") -> Path:
+    """Curves per group: mean over seeds with a ±1 std band and/or the best seed; every
+    training range of ``train_ranges`` ([(low, high), ...]) marked.
 
     ``groups[name]`` holds ``lengths``, ``mean``, ``std``, ``best`` (the metric's values) and
     ``runs``; the best seed is the max (the min for metrics where lower is better).
@@ -92,7 +101,7 @@ def plot_comparison(groups: dict[str, dict[str, np.ndarray]], train_lengths: Seq
     scale = _scale(metric)
     best = "max" if metric not in METRICS or METRICS[metric].higher_is_better else "min"
     figure, axes = plt.subplots(figsize=(8, 4.5))
-    mark_training_range(axes, train_lengths)
+    mark_training_ranges(axes, train_ranges)
     if all(int(group["runs"]) == 1 for group in groups.values()):
         for name, group in groups.items():  # one seed: no band and no best-seed line to draw
             axes.plot(group["lengths"], scale * group["mean"], linewidth=2, marker=".",
