@@ -22,7 +22,7 @@ from pe_research.evaluation.results import write_results
 from pe_research.mesh import data_mesh
 from pe_research.runs.restore import LoadedRun
 from pe_research.runs.tracking import JsonlWriter
-from pe_research.sweeps.report import varying_keys
+from pe_research.sweeps.report import separating_keys, varying_keys
 
 LENGTHS = (2, 4, 6, 8)  # trained on 1-4: lengths 6 and 8 are out of distribution
 CURVES = {  # exact match per length
@@ -192,6 +192,24 @@ def test_a_key_only_one_scheme_has_labels_only_its_runs(run_dirs, tmp_path):
     assert png_width(paths["png"]) == (8 + 4.5) * 120  # 7 legend entries: set beside the axes
     with pytest.raises(ConfigError, match="model.pe.max_lne"):  # a key no run has: a typo
         compare_runs(runs, tmp_path / "typo", group_by="model.pe.type,model.pe.max_lne")
+
+
+def test_keys_that_follow_the_grouping_keys_split_no_group(run_dirs, tmp_path):
+    """A learned table's length, or steps set per scheme, follow the scheme: not a group key."""
+    learned = write_run(tmp_path / "runs", "learned", 0, (1.0, 1.0, 0.0, 0.0))
+    runs = [*run_dirs, learned]
+    keys = ["model.pe.type", "model.pe.max_len", "seed"]
+    assert separating_keys(runs, keys) == (["model.pe.type", "seed"], ["model.pe.max_len"])
+    # seed splits rope's two runs; max_len (learned only) and a per-scheme value do not
+    config = base_config(task="reverse_string", pe="learned")
+    config.data.train_lengths, config.train.steps = (1, 4), 2 * config.train.steps
+    save_config(config, learned)
+    keys = ["model.pe.type", "train.steps", "model.pe.max_len"]
+    assert separating_keys(runs, keys) == (["model.pe.type"],
+                                           ["train.steps", "model.pe.max_len"])
+    # the first key names the groups when two keys split the runs alike
+    assert separating_keys(runs, ["train.steps", "model.pe.max_len"]) == (
+        ["train.steps"], ["model.pe.max_len"])
 
 
 def test_groups_named_by_numbers_are_ordered_by_value():

@@ -70,6 +70,31 @@ def varying_keys(run_dirs: Sequence[Path], keys: Sequence[str]) -> list[str]:
                      for config in configs}) > 1]
 
 
+def separating_keys(run_dirs: Sequence[Path], keys: Sequence[str]) -> tuple[list[str],
+                                                                            list[str]]:
+    """The varying keys split into those that group the runs and those that follow them.
+
+    A key follows when dropping it leaves the groups as they are: each group has one value of
+    it (a learned table's ``model.pe.max_len``, or ``train.steps`` set per scheme). Keys are
+    dropped from the last, so the sweep's first keys name the groups.
+    """
+    configs = [RunDir(run_dir).read_config() for run_dir in run_dirs]
+
+    def groups(chosen: Sequence[str]) -> set[tuple[int, ...]]:
+        labels = [json.dumps([config_value(c, k) if has_key(c, k) else None for k in chosen])
+                  for c in configs]
+        return {tuple(i for i, label in enumerate(labels) if label == name)
+                for name in set(labels)}
+
+    grouping = varying_keys(run_dirs, keys)
+    following = []
+    for key in reversed(list(grouping)):
+        rest = [k for k in grouping if k != key]
+        if rest and groups(rest) == groups(grouping):
+            grouping, following = rest, [key, *following]
+    return grouping, following
+
+
 def report(sweep_dir: SweepDir, *, reevaluate: bool = False) -> dict[str, Path]:
     """Evaluate what is unevaluated, write the comparisons; ``{task: comparison.md}`` and the
     summary under ``'summary'``."""
@@ -88,11 +113,16 @@ def report(sweep_dir: SweepDir, *, reevaluate: bool = False) -> dict[str, Path]:
                 "by the swept keys that vary there; seeds are aggregated (mean ± std, and max "
                 "over seeds).", ""]
     for name, run_dirs in comparison_groups(manifest, sweep_dir.root).items():
-        group_by = ",".join(varying_keys(run_dirs, keys)) or "model.pe.type"
-        paths = compare_runs(run_dirs, sweep_dir.report / name, group_by=group_by)
+        grouping, following = separating_keys(run_dirs, keys)
+        paths = compare_runs(run_dirs, sweep_dir.report / name,
+                             group_by=",".join(grouping) or "model.pe.type")
         written[name] = paths["markdown"]
         body = paths["markdown"].read_text().replace("# ", "## ", 1)
         sections += [body.replace("Figure: ", f"Figure: {name}/"), ""]
+        if following:
+            sections += ["Also differing between groups, with one value within each (so they "
+                         "split no group): " + ", ".join(f"`{key}`" for key in following)
+                         + ".", ""]
     finished = [run_dir for run_dirs in comparison_groups(manifest, sweep_dir.root).values()
                 for run_dir in run_dirs]
     if len({RunDir(d).read_config()["task"]["name"] for d in finished}) > 1:
