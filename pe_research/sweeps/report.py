@@ -3,8 +3,9 @@
 Each grid point's members are evaluated together (``evaluate_members``: one program, vmapped
 over members) and each gets ``RUN_DIR/eval/eval.{json,csv,png}`` as ``pe-research eval``
 writes them. Runs are then compared per task and training range, grouped by the swept keys
-(mean ± std and max over seeds): ``SWEEP_DIR/report/<task>/comparison.{md,csv,png}``, and every
-table in ``SWEEP_DIR/report/summary.md``. A sweep over several tasks also gets the papers'
+that split them (mean ± std and max over seeds):
+``SWEEP_DIR/report/<task>/comparison.{md,csv,png}``, and every table in
+``SWEEP_DIR/report/summary.md``. A sweep over several tasks also gets the papers'
 table (``evaluation/paper_table.py``): ``SWEEP_DIR/report/paper_table.{md,csv,png}``.
 """
 
