@@ -212,6 +212,19 @@ def test_keys_that_follow_the_grouping_keys_split_no_group(run_dirs, tmp_path):
         ["train.steps"], ["model.pe.max_len"])
 
 
+def test_a_per_token_comparison_judges_the_training_fit_by_exact_match(tmp_path):
+    """Every token right but one string in four wrong at length 4: not learned, whatever the
+    compared metric says in distribution."""
+    runs = [write_run(tmp_path / "runs", scheme, 0, exact)
+            for scheme, exact in (("rope", (1.0, 0.5, 0.0, 0.0)), ("alibi", (1.0, 1.0, 0, 0)))]
+    paths = compare_runs(runs, tmp_path / "tokens", metric="decoded_token_accuracy")
+    finding = paths["markdown"].read_text().split("What the curves show: ")[1]
+    assert finding.startswith("rope did not learn the training lengths 1-4 (75% decoded exact "
+                              "match in distribution, below 95%)"), finding
+    same = compare_runs(runs, tmp_path / "exact", metric="exact_match")
+    assert same["markdown"].read_text().split("What the curves show: ")[1] == finding
+
+
 def test_groups_named_by_numbers_are_ordered_by_value():
     names = ["max_position=1024", "max_position=128", "max_position=0", "alibi", "pe.type=rope"]
     assert sorted(names, key=natural_key) == ["alibi", "max_position=0", "max_position=128",

@@ -302,15 +302,33 @@ def comparison(run_dirs: Sequence[str | Path], *, group_by: str = "model.pe.type
 
 def comparison_finding(groups: Mapping[str, Mapping[str, Any]],
                        summaries: Mapping[str, Mapping[str, Any]], metric: Metric, *,
-                       group_by: str = "", mixed: bool = False) -> str | None:
+                       group_by: str = "", mixed: bool = False,
+                       fit: tuple[Metric, Mapping[str, Mapping[str, Any]]] | None = None,
+                       ) -> str | None:
     """The sentence of what the curves show (``finding.describe_comparison``), for accuracy
-    metrics over runs of one task and training range; None otherwise."""
+    metrics over runs of one task and training range; None otherwise. ``fit``: the exact-match
+    metric and summaries that judge whether each group learned the training lengths."""
     if mixed or metric.unit != "%" or not metric.higher_is_better or not groups:
         return None
     first = next(iter(groups.values()))["members"][0]
     return describe_comparison(groups, summaries, first.train_lengths,
                                what=metric.label.lower(),
-                               noun="schemes" if group_by == "model.pe.type" else "groups")
+                               noun="schemes" if group_by == "model.pe.type" else "groups",
+                               fit=fit[1] if fit else None,
+                               fit_what=fit[0].label.lower() if fit else None)
+
+
+def training_fit(run_dirs: Sequence[str | Path], metric: str, **options: Any,
+                 ) -> tuple[Metric, dict[str, dict[str, Any]]] | None:
+    """The exact-match metric (``default_metric``) and its group summaries, to judge the
+    training fit when ``metric`` is another one; None when it is the same or not evaluated."""
+    judge = default_metric(run_dirs)
+    if judge == metric:
+        return None
+    try:
+        return get_metric(judge), comparison(run_dirs, metric=judge, **options)[2]
+    except ConfigError:  # runs evaluated before that metric existed: judge by ``metric``
+        return None
 
 
 def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
@@ -361,9 +379,13 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
              f"which every evaluated length scores ≥ {100 * threshold:g}% on the group's mean "
              f"(or {best}) curve.", "",
              markdown_table(summaries, group_by, threshold, definition), ""]
+    fit = None if mixed else training_fit(run_dirs, metric, group_by=group_by,
+                                          eval_name=eval_name, threshold=threshold)
+    if fit:
+        fit = fit[0], {legend[name]: s for name, s in fit[1].items()}
     if finding := comparison_finding({legend[name]: g for name, g in groups.items()},
                                      {legend[name]: s for name, s in summaries.items()},
-                                     definition, group_by=group_by, mixed=mixed):
+                                     definition, group_by=group_by, mixed=mixed, fit=fit):
         notes += [f"What the curves show: {finding}", ""]
     notes += [f"Figure: {paths['png'].name}", "", "Runs:"]
     notes += [f"- {name}: " + ", ".join(str(m.run_dir) for m in group["members"])

@@ -1,8 +1,10 @@
 """One sentence of what a comparison shows, computed from its numbers, never written in advance.
 
 The sentence first checks that every group learned the training range: each of its seeds scores
-at least ``learned`` on average over the training lengths. A comparison of undertrained models
-says so and stops there. Otherwise the groups are sorted by their mean beyond the training range
+at least ``learned`` on average over the training lengths, judged by exact match even when
+another metric is compared (``fit``): a per-token score of 99 % can hide a quarter of the
+longest training strings decoded wrong. A comparison of undertrained models says so and stops
+there. Otherwise the groups are sorted by their mean beyond the training range
 and split at the widest gap between neighbours: the curves part ways when that gap is at least
 ``part_ways`` and wider than the seed spread (std over seeds) of the two groups beside it. The
 length named in the sentence is the evaluated length beyond training where the two sides' mean
@@ -35,14 +37,17 @@ def describe_comparison(groups: Mapping[str, Mapping[str, Any]],
                         summaries: Mapping[str, Mapping[str, Any]],
                         train_lengths: tuple[int, int], *, learned: float = LEARNED,
                         part_ways: float = PART_WAYS, what: str = "exact match",
-                        noun: str = "groups") -> str:
+                        noun: str = "groups", fit: Mapping[str, Mapping[str, Any]] | None = None,
+                        fit_what: str | None = None) -> str:
     """The sentence for accuracy curves (fractions, higher is better).
 
     ``groups`` and ``summaries`` are ``compare.aggregate`` and ``compare.summarize_group``
     outputs keyed by group name: each group has ``lengths`` [L] and ``mean`` [L]; each summary
     ``in_dist_mean``, ``ood_mean``, ``ood_std`` (NaN for one seed) and ``runs``, and where known
     ``in_dist_worst`` (the weakest seed's mean) and ``in_dist_weakest`` (value, seed, length).
+    ``fit`` (summaries of the same groups in ``fit_what``) judges the training fit instead.
     """
+    fit, fit_what = (fit, fit_what or what) if fit is not None else (summaries, what)
     low, high = train_lengths
     names = list(summaries)
     seeds = sorted({int(s["runs"]) for s in summaries.values()})
@@ -53,19 +58,19 @@ def describe_comparison(groups: Mapping[str, Mapping[str, Any]],
     if not any(mask.any() for mask in beyond.values()):
         return (f"No length beyond the training range {low}-{high} was evaluated, so the "
                 "figure shows nothing about extrapolation.")
-    worst = {name: summaries[name].get("in_dist_worst", summaries[name]["in_dist_mean"])
-             for name in names}
+    worst = {name: fit[name].get("in_dist_worst", fit[name]["in_dist_mean"]) for name in names}
     short = [name for name in names if not worst[name] >= learned]
     if short:
         scores = _percents([worst[name] for name in short])
         head = (f"No {each} learned the training lengths {low}-{high}" if len(short) == len(names)
                 else f"{_names(short)} did not learn the training lengths {low}-{high}")
         seed = " on the weakest seed" if any(summaries[n]["runs"] > 1 for n in short) else ""
-        return (f"{head} ({scores} {what} in distribution{seed}, below {100 * learned:.0f}%), "
+        return (f"{head} ({scores} {fit_what} in distribution{seed}, below "
+                f"{100 * learned:.0f}%), "
                 f"so the curves beyond {high} compare undertrained models, not how the {noun} "
                 "extrapolate.")
     return _ranking(groups, summaries, names, (low, high), learned, part_ways, what, noun,
-                    seed_note) + _shortfall(summaries, learned, what)
+                    seed_note, fit_what) + _shortfall(fit, learned, fit_what)
 
 
 def _shortfall(summaries: Mapping[str, Mapping[str, Any]], learned: float, what: str) -> str:
@@ -85,14 +90,14 @@ def _shortfall(summaries: Mapping[str, Mapping[str, Any]], learned: float, what:
 
 def _ranking(groups: Mapping[str, Mapping[str, Any]], summaries: Mapping[str, Mapping[str, Any]],
              names: Sequence[str], train_lengths: tuple[int, int], learned: float,
-             part_ways: float, what: str, noun: str, seed_note: str) -> str:
+             part_ways: float, what: str, noun: str, seed_note: str, fit_what: str) -> str:
     """The sentence once every group learned: one group's mean, a tie, or where they part."""
     low, high = train_lengths
     order = sorted(names, key=lambda name: -summaries[name]["ood_mean"])
     ood = [summaries[name]["ood_mean"] for name in order]
     every = {1: names[0], 2: f"Both {noun}"}.get(len(names), f"All {len(names)} {noun}")
     everyone = (f"{every} learned lengths {low}-{high} (at least "
-                f"{100 * learned:.0f}% {what} in distribution, {seed_note})")
+                f"{100 * learned:.0f}% {fit_what} in distribution, {seed_note})")
     if len(order) < 2:
         return (f"{everyone}; beyond {high}, {order[0]} scores {_percents(ood)} on average.")
     gaps = [ood[i] - ood[i + 1] for i in range(len(order) - 1)]
