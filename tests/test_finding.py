@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pe_research.evaluation.compare import RunCurve, aggregate, comparison_finding, summarize_group
+from pe_research.evaluation.compare import RunCurve, aggregate, comparison_finding
 from pe_research.evaluation.finding import describe_comparison
+from pe_research.evaluation.group_summary import summarize_group
 from pe_research.evaluation.metrics import METRICS
 
 LENGTHS = np.arange(1, 13)  # trained on 1-6, evaluated to 12

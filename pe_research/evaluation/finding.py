@@ -41,7 +41,7 @@ def describe_comparison(groups: Mapping[str, Mapping[str, Any]],
                         fit_what: str | None = None) -> str:
     """The sentence for accuracy curves (fractions, higher is better).
 
-    ``groups`` and ``summaries`` are ``compare.aggregate`` and ``compare.summarize_group``
+    ``groups`` and ``summaries`` are ``compare.aggregate`` and ``group_summary.summarize_group``
     outputs keyed by group name: each group has ``lengths`` [L] and ``mean`` [L]; each summary
     ``in_dist_mean``, ``ood_mean``, ``ood_std`` (NaN for one seed) and ``runs``, and where known
     ``in_dist_worst`` (the weakest seed's mean) and ``in_dist_weakest`` (value, seed, length).
