@@ -4,8 +4,8 @@ The sentence first checks that every group learned the training range: each of i
 at least ``learned`` on average over the training lengths, judged by exact match even when
 another metric is compared (``fit``): a per-token score of 99 % can hide a quarter of the
 longest training strings decoded wrong. A comparison of undertrained models says so and stops
-there. Otherwise the groups are sorted by their mean beyond the training range
-and split at the widest gap between neighbours: the curves part ways when that gap is at least
+there. Otherwise the groups are sorted by their mean beyond the training range and split at the
+widest gap between neighbours: the curves part ways when that gap is at least
 ``part_ways`` and wider than the seed spread (std over seeds) of the two groups beside it. The
 length named in the sentence is the evaluated length beyond training where the two sides' mean
 curves are furthest apart. A seed below ``learned`` at one training length (its mean still
