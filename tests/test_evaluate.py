@@ -151,6 +151,22 @@ def test_rope_scaling_override_changes_positions_not_weights(run_copy, one_devic
     assert row.loss != pytest.approx(result.rows[-1].loss, rel=1e-4)
 
 
+def test_a_randomized_range_set_at_evaluation_moves_positions_not_weights(run_copy, one_device):
+    """Drawing test positions from [0, 64) instead of 0 .. n-1: the same weights, other numbers;
+    a range too short for the lengths fails before compiling, in one line."""
+    run, result = one_device[0], one_device[-1]
+    drawn = load_run(run_copy, "latest", ["--config.model.pe.randomize.max_position=64"],
+                     mesh=run.mesh)
+    assert drawn.config.model.pe.randomize.max_position == 64
+    for a, b in zip(jax.tree.leaves(drawn.params), jax.tree.leaves(run.params), strict=True):
+        np.testing.assert_array_equal(a, b)
+    row = evaluate_run(drawn, (12,)).rows[0]
+    assert row.loss != pytest.approx(result.rows[-1].loss, rel=1e-4)
+    with pytest.raises(ConfigError, match=r"max_position=8 is invalid: must be >= the longest"):
+        load_run(run_copy, "latest", ["--config.model.pe.randomize.max_position=8"],
+                 mesh=run.mesh)
+
+
 def test_unsafe_override_and_unknown_step_are_refused(run_copy, capsys):
     assert cli.main(["eval", str(run_copy), "--config.model.d_model=32"]) == 2
     assert "model.d_model" in capsys.readouterr().err

@@ -32,7 +32,10 @@ CHECKPOINT_CHOICES = ("best", "latest")
 # Keys a saved run may change when restored: test-time settings, never the model or the task.
 # model.pe.max_distance is T5's map from distances to its trained buckets, not a weight shape;
 # model.ablated_heads zeroes heads' outputs, also without touching a weight.
-EVAL_SAFE_KEYS = ("model.pe.scaling", "model.pe.randomize.eval_policy", "model.pe.max_distance",
+# model.pe.randomize.max_position is the range test positions are drawn from (a learned table
+# still bounds it): moving it tests where in the range a randomized model's heads look.
+EVAL_SAFE_KEYS = ("model.pe.scaling", "model.pe.randomize.eval_policy",
+                  "model.pe.randomize.max_position", "model.pe.max_distance",
                   "model.ablated_heads", "model.dtype", "model.attention_implementation",
                   "data.buckets", "data.eval_samples", "data.eval_cache_dir", "eval", "wandb")
 
