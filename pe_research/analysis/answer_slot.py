@@ -13,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
+
+from pe_research.model.single_stack import left_align
 
 
 def slot_rows(sites: Sequence[Mapping[str, Any]], batch: Mapping[str, Any]) -> np.ndarray:
@@ -33,16 +36,13 @@ def end_indices(batch: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
 def joint_positions(batch: Mapping[str, Any], source_positions: Any,
                     target_positions: Any) -> np.ndarray:
     """``[B, W]`` position of every joint-sequence slot, the source right-aligned as the model
-    lays it out (0 on padding)."""
+    lays it out (``single_stack.left_align``; 0 on padding)."""
     source = np.asarray(batch["source"])
     count = np.asarray(batch["source_mask"], bool).sum(axis=-1)
-    width = source.shape[1]
     source_positions = np.broadcast_to(np.asarray(source_positions), source.shape)
     target_positions = np.broadcast_to(np.asarray(target_positions),
                                        np.asarray(batch["target_input"]).shape)
-    index = np.arange(width)[None, :] - (width - count)[:, None]
-    right = np.where(index >= 0, np.take_along_axis(source_positions,
-                                                    np.clip(index, 0, width - 1), axis=1), 0)
+    right = np.asarray(left_align(jnp.asarray(source_positions), jnp.asarray(count), 0))
     return np.concatenate([right, target_positions], axis=1)
 
 
