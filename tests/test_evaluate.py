@@ -167,6 +167,31 @@ def test_a_randomized_range_set_at_evaluation_moves_positions_not_weights(run_co
                  mesh=run.mesh)
 
 
+def test_test_positions_drawn_per_example_do_not_depend_on_the_batching(run_copy, one_device):
+    """Each test example draws its positions from its index in the set: one row per batch (a
+    tiny memory budget) gives the full batch's numbers; one draw for the batch, others."""
+    run, dataset = one_device[0], one_device[1]
+    drawn = load_run(run_copy, "latest", ["--config.model.pe.randomize.max_position=64"],
+                     mesh=run.mesh)
+    assert drawn.config.model.pe.randomize.eval_per == "example"
+    lengths, batch_size, buckets = (4, 12), drawn.config.eval.batch_size, drawn.config.data.buckets
+    full = RangeEvaluator(drawn.config, drawn.graphdef, drawn.rest, run.mesh)(
+        drawn.params, dataset, lengths, batch_size, buckets)
+    config = drawn.config.copy_and_resolve_references()
+    config.eval.memory_budget_gb = 1e-6
+    evaluator = RangeEvaluator(config, drawn.graphdef, drawn.rest, run.mesh)
+    split = evaluator(drawn.params, dataset, lengths, batch_size, buckets)
+    assert set(evaluator.batch_rows.values()) == {1}
+    for row, reference in zip(split.rows, full.rows, strict=True):
+        for key, value in reference.values.items():
+            assert row.values[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+    one_draw = load_run(run_copy, "latest", ["--config.model.pe.randomize.max_position=64",
+                                             "--config.model.pe.randomize.eval_per=batch"],
+                        mesh=run.mesh)
+    for row, reference in zip(evaluate_run(one_draw, lengths).rows, full.rows, strict=True):
+        assert row.loss != pytest.approx(reference.loss, rel=1e-4)
+
+
 def test_unsafe_override_and_unknown_step_are_refused(run_copy, capsys):
     assert cli.main(["eval", str(run_copy), "--config.model.d_model=32"]) == 2
     assert "model.d_model" in capsys.readouterr().err

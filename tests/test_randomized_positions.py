@@ -16,8 +16,10 @@ from pe_research.positional import (
     check_pe_config,
     check_randomize,
     default_pe_config,
+    example_keys,
     make_positions,
     random_positions,
+    split_key,
 )
 
 # Every scheme whose output depends on the position arrays.
@@ -39,7 +41,8 @@ def test_off_by_default_and_plain_policy_give_arange_shared_by_the_rows():
     arange = np.arange(5)[None, :]  # [1, T]: one row for the batch, so the bias is batch-1
     assert default_pe_config("alibi")["randomize"] == {"max_position": 0,
                                                        "eval_policy": "randomized",
-                                                       "per": "example"}
+                                                       "per": "example",
+                                                       "eval_per": "example"}
     for pe, training in [(default_pe_config("rope"), True), (pe_block(64, "plain"), False)]:
         positions = make_positions(pe, mask, jax.random.key(0), training)
         assert positions.dtype == jnp.int32 and positions.shape == (1, 5)
@@ -139,6 +142,7 @@ def test_a_config_dict_block_with_a_dotted_override_works():
     ({"max_position": -1}, r"model.pe.randomize.max_position=-1 .*integer >= 0"),
     ({"max_position": 1.5}, r"model.pe.randomize.max_position=1.5 .*integer >= 0"),
     ({"eval_policy": "test"}, r"model.pe.randomize.eval_policy='test' .*'randomized', 'plain'"),
+    ({"eval_per": "row"}, r"model.pe.randomize.eval_per='row' .*'example', 'batch'"),
     ({"max_positions": 8}, r"model.pe.randomize.max_positions=8 .*valid keys are"),
     (64, r"model.pe.randomize=64 .*a mapping"),
 ])
@@ -161,3 +165,25 @@ def test_max_position_must_cover_the_longest_sequence():
     assert "\n" not in str(error.value)
     check_randomize(pe_block(100), max_length=100)
     check_randomize(pe_block(0), max_length=10_000)  # off: nothing to cover
+
+
+def test_evaluation_draws_per_example_by_default_whatever_training_did():
+    mask = prefix_mask([6, 6, 6], 6)
+    pe = {**pe_block(64), "randomize": {"max_position": 64, "per": "batch"}}
+    assert make_positions(pe, mask, jax.random.key(0), training=True).shape == (1, 6)
+    assert make_positions(pe, mask, jax.random.key(0), training=False).shape == (3, 6)
+    pe["randomize"]["eval_per"] = "batch"
+    assert make_positions(pe, mask, jax.random.key(0), training=False).shape == (1, 6)
+
+
+def test_an_examples_draw_depends_on_its_index_not_its_batch():
+    key, mask = jax.random.key(5), prefix_mask([4, 6, 2, 6, 5], 6)
+    whole = random_positions(example_keys(key, 0, 5), mask, 32)
+    tail = random_positions(example_keys(key, 3, 2), mask[3:], 32)
+    np.testing.assert_array_equal(tail, whole[3:])
+    assert not np.array_equal(whole[1], whole[3])  # same length, own draws
+    first, second = split_key(example_keys(key, 0, 5))
+    assert first.shape == second.shape == (5,)
+    assert not np.array_equal(random_positions(first, mask, 32), random_positions(second, mask, 32))
+    with pytest.raises(ValueError, match="2 keys for 5 rows"):
+        random_positions(example_keys(key, 0, 2), mask, 32)

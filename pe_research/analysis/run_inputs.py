@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from pe_research import data
-from pe_research.positional.randomize import randomize_settings
+from pe_research.positional.randomize import evaluation_keys, randomize_settings
 from pe_research.runs.restore import LoadedRun, load_run
 from pe_research.runs.run_dir import RunDir
 from pe_research.training.steps import EVAL_KEY_TAG, batch_positions
@@ -44,10 +44,12 @@ def example_batch(run: LoadedRun, length: int | None = None,
 
 
 def evaluation_positions(run: LoadedRun, batch: dict[str, np.ndarray]) -> tuple[Any, Any]:
-    """Source and target positions exactly as the evaluation step draws them."""
+    """Source and target positions exactly as range evaluation draws them for the first rows
+    of a length."""
+    pe = run.config.model.pe.to_dict()
     key = jax.random.fold_in(jax.random.key(run.config.seed), EVAL_KEY_TAG)
-    position_key, _ = jax.random.split(key)
-    return batch_positions(run.config.model.pe.to_dict(), batch, position_key, training=False,
+    position_key = evaluation_keys(pe, jax.random.split(key)[0], 0, batch["source"].shape[0])
+    return batch_positions(pe, batch, position_key, training=False,
                            architecture=run.config.model.architecture)
 
 

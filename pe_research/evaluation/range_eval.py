@@ -35,7 +35,7 @@ from pe_research.evaluation.metrics import (
 )
 from pe_research.mesh import DATA_AXIS, check_batch_fits, replicated, to_host
 from pe_research.model.decoding import greedy_decode
-from pe_research.positional.randomize import randomize_settings
+from pe_research.positional.randomize import evaluation_keys, randomize_settings
 from pe_research.positional.registry import scheme_class
 from pe_research.runs.restore import LoadedRun
 from pe_research.runs.run_dir import RunDir
@@ -93,10 +93,14 @@ def summarize_length(length: int, totals: Mapping[str, float]) -> LengthResult:
 
 
 def example_statistics(model: Any, batch: Mapping[str, jax.Array], position_key: jax.Array,
-                       oracle_length: bool = False) -> dict[str, jax.Array]:
+                       oracle_length: bool = False,
+                       first_row: jax.Array | int = 0) -> dict[str, jax.Array]:
     """Per-example ``[B]`` numerators and counts of every metric; traced once per shape.
-    ``oracle_length`` decodes a second time, at the true length (``oracle_exact_match``)."""
+    ``oracle_length`` decodes a second time, at the true length (``oracle_exact_match``).
+    Randomized positions drawn per example come from the example's index in its length's set
+    (``first_row`` is the batch's first), so splitting a batch changes no draw."""
     pe = model.config.pe
+    position_key = evaluation_keys(pe, position_key, first_row, batch["source"].shape[0])
     source_positions, target_positions = batch_positions(pe, batch, position_key, training=False,
                                                          architecture=model.config.architecture)
     logits = model(batch["source"], batch["target_input"], source_positions, target_positions,
@@ -160,14 +164,14 @@ class RangeEvaluator:
         position_key = eval_position_key(config.seed)
         oracle_length = decodes_at_oracle_length(config)
 
-        def statistics(params, batch):
+        def statistics(params, batch, first_row=0):
             return example_statistics(nnx.merge(graphdef, params, rest), batch, position_key,
-                                      oracle_length)
+                                      oracle_length, first_row)
 
-        def traced_statistics(params, batch):
+        def traced_statistics(params, batch, first_row):
             shape = (*batch["source"].shape, batch["target_input"].shape[1])
             self.compiled_shapes.append(shape)  # runs at trace time: once per compiled shape
-            return statistics(params, batch)
+            return statistics(params, batch, first_row)
 
         self.unjitted_statistics = statistics
         self.statistics = jax.jit(traced_statistics, out_shardings=replicated(mesh))
@@ -219,10 +223,11 @@ class RangeEvaluator:
             first = next(data.eval_batches(dataset, length, batch_size, buckets,
                                            widths=widths[length]))
             batch_rows = self.rows_for(params, first, batch_size)
-            pending = [self.statistics(params, data.global_batch(batch, self.mesh))
-                       for batch in data.eval_batches(dataset, length, batch_rows, buckets,
-                                                      jax.process_index(), jax.process_count(),
-                                                      widths[length])]
+            pending = [self.statistics(params, data.global_batch(batch, self.mesh),
+                                       np.int32(index * batch_rows))
+                       for index, batch in enumerate(data.eval_batches(
+                           dataset, length, batch_rows, buckets, jax.process_index(),
+                           jax.process_count(), widths[length]))]
             totals: dict[str, float] = {}
             for statistics in pending:
                 for key, value in statistics.items():
@@ -290,10 +295,10 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
     graphdef, rest = runs[0].graphdef, runs[0].rest
     oracle_length = decodes_at_oracle_length(first)
 
-    def statistics(params, batch, position_key):
+    def statistics(params, batch, position_key, first_row):
         compiled_shapes.append((*batch["source"].shape[1:], batch["target_input"].shape[2]))
         return jax.vmap(lambda p, b, k: example_statistics(
-            nnx.merge(graphdef, p, rest), b, k, oracle_length))(
+            nnx.merge(graphdef, p, rest), b, k, oracle_length, first_row))(
             params, batch, position_key)
 
     stacked_statistics = jax.jit(statistics)
@@ -308,8 +313,9 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
         streams = [data.eval_batches(dataset, length, first.eval.batch_size, buckets,
                                      widths=plan[length])
                    for dataset, plan in zip(datasets, plans, strict=True)]
-        pending = [stacked_statistics(params, data.stack_batches(list(batches)), keys)
-                   for batches in zip(*streams, strict=True)]
+        pending = [stacked_statistics(params, data.stack_batches(list(batches)), keys,
+                                      np.int32(index * first.eval.batch_size))
+                   for index, batches in enumerate(zip(*streams, strict=True))]
         for k, member_rows in enumerate(rows):
             totals: dict[str, float] = {}
             for sums in pending:

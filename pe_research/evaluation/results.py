@@ -138,15 +138,22 @@ def _without_buckets(overrides: Sequence[str]) -> set[str]:
     return {o for o in overrides if not o.startswith("data.buckets=")}
 
 
-def cached_exact_match(run_dir: str | Path, name: str, lengths: Sequence[int],
-                       overrides: Sequence[str] = ()) -> np.ndarray:
-    """Decoded exact match ``[L]`` at ``lengths``: read from ``eval/<name>.json`` when it holds
-    every length under the same overrides, else evaluated (as ``pe-research eval``) and written."""
-    cached = read_exact_match(run_dir, name, lengths, overrides)
+def cached_rows(run_dir: str | Path, name: str, lengths: Sequence[int],
+                overrides: Sequence[str] = ()) -> list[dict[str, float]]:
+    """The rows at ``lengths``: read from ``eval/<name>.json`` when it holds every length under
+    the same overrides, else evaluated (as ``pe-research eval``) and written."""
+    cached = read_rows(run_dir, name, lengths, overrides)
     if cached is not None:
         return cached
-    _, result, _ = evaluate_and_write(run_dir, lengths=lengths, name=name, overrides=overrides)
-    return np.array([row.exact_match for row in result.rows])
+    evaluate_and_write(run_dir, lengths=lengths, name=name, overrides=overrides)
+    return read_rows(run_dir, name, lengths, overrides)
+
+
+def cached_exact_match(run_dir: str | Path, name: str, lengths: Sequence[int],
+                       overrides: Sequence[str] = ()) -> np.ndarray:
+    """Decoded exact match ``[L]`` at ``lengths`` (``cached_rows``)."""
+    return np.array([row["exact_match"] for row in cached_rows(run_dir, name, lengths,
+                                                               overrides)])
 
 
 def read_rows(run_dir: str | Path, name: str, lengths: Sequence[int],

@@ -11,7 +11,13 @@ from pe_research.positional.base import (
 from pe_research.positional.cope import cope_logits, cope_positions
 from pe_research.positional.fire import fire_log_transform, fire_normalized_distance
 from pe_research.positional.kerple import kerple_log_bias, kerple_power_bias
-from pe_research.positional.randomize import check_randomize, make_positions, random_positions
+from pe_research.positional.randomize import (
+    check_randomize,
+    example_keys,
+    make_positions,
+    random_positions,
+    split_key,
+)
 from pe_research.positional.registry import (
     SCHEMES,
     build_scheme,
@@ -40,6 +46,7 @@ __all__ = [
     "build_scheme",
     "check_pe_config",
     "check_randomize",
+    "example_keys",
     "cope_logits",
     "cope_positions",
     "default_pe_config",
@@ -56,6 +63,7 @@ __all__ = [
     "shaw_relative_index",
     "shaw_value_term",
     "sinusoidal",
+    "split_key",
     "t5_relative_bucket",
     "transformer_xl_bias",
     "xpos_scale",

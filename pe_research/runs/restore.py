@@ -34,10 +34,12 @@ CHECKPOINT_CHOICES = ("best", "latest")
 # model.ablated_heads zeroes heads' outputs, also without touching a weight.
 # model.pe.randomize.max_position is the range test positions are drawn from (a learned table
 # still bounds it): moving it tests where in the range a randomized model's heads look.
+# model.pe.randomize.eval_per is how many position draws the test examples are scored on.
 EVAL_SAFE_KEYS = ("model.pe.scaling", "model.pe.randomize.eval_policy",
-                  "model.pe.randomize.max_position", "model.pe.max_distance",
-                  "model.ablated_heads", "model.dtype", "model.attention_implementation",
-                  "data.buckets", "data.eval_samples", "data.eval_cache_dir", "eval", "wandb")
+                  "model.pe.randomize.eval_per", "model.pe.randomize.max_position",
+                  "model.pe.max_distance", "model.ablated_heads", "model.dtype",
+                  "model.attention_implementation", "data.buckets", "data.eval_samples",
+                  "data.eval_cache_dir", "eval", "wandb")
 
 
 @dataclasses.dataclass

@@ -28,7 +28,7 @@ from pe_research.evaluation.metrics import (
 from pe_research.evaluation.metrics import summarize as summarize_sums
 from pe_research.mesh import member_sharded, replicated
 from pe_research.model import TokenModel, build_model
-from pe_research.positional.randomize import make_positions
+from pe_research.positional.randomize import make_positions, split_key
 from pe_research.special_tokens import EOS_ID
 from pe_research.training.optimizer import make_optimizer
 
@@ -38,7 +38,8 @@ EVAL_KEY_TAG = 0x0E7A1  # folded into the seed for evaluation-time random positi
 
 def batch_positions(pe: Mapping[str, Any], batch: Batch, key: jax.Array, training: bool,
                     architecture: str = "encoder_decoder") -> tuple[jax.Array, jax.Array]:
-    """Source and target positions for a batch, ``[1, S]``/``[1, T]`` where rows share them.
+    """Source and target positions for a batch, ``[1, S]``/``[1, T]`` where rows share them;
+    ``key`` is one key, or one per row ``[B]`` (``example_keys``).
 
     Encoder-decoder: each side from 0 (or drawn) on its own; shared by the rows unless drawn
     per example (``make_positions``). Single-stack models: one draw over the source followed by
@@ -46,7 +47,7 @@ def batch_positions(pe: Mapping[str, Any], batch: Batch, key: jax.Array, trainin
     position n + j: per row, ``[B, S]`` and ``[B, T]``.
     """
     if architecture == "encoder_decoder":
-        source_key, target_key = jax.random.split(key)
+        source_key, target_key = split_key(key)
         return (make_positions(pe, batch["source_mask"], source_key, training),
                 make_positions(pe, batch["target_mask"], target_key, training))
     source_mask, target_mask = batch["source_mask"], batch["target_mask"]
@@ -54,7 +55,7 @@ def batch_positions(pe: Mapping[str, Any], batch: Batch, key: jax.Array, trainin
     count_B = jnp.sum(source_mask, axis=-1)
     real = jnp.sum(target_mask, axis=-1) + count_B
     joint_mask_BxW = jnp.arange(width + length)[None, :] < real[:, None]
-    joint_BxW = jnp.broadcast_to(make_positions(pe, joint_mask_BxW, jax.random.split(key)[0],
+    joint_BxW = jnp.broadcast_to(make_positions(pe, joint_mask_BxW, split_key(key)[0],
                                                 training), joint_mask_BxW.shape)
     index_BxT = jnp.clip(count_B[:, None] + jnp.arange(length), 0, width + length - 1)
     return joint_BxW[:, :width], jnp.take_along_axis(joint_BxW, index_BxT, axis=1)
