@@ -7,6 +7,7 @@ import shutil
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from flax import nnx
 from tiny_models import tiny_model
@@ -16,6 +17,7 @@ from pe_research.analysis.report import REPORT_FILE, model_report, write_report
 from pe_research.analysis.run_inputs import evaluation_positions, example_batch
 from pe_research.analysis.run_inputs import load_analysis_run as load_run
 from pe_research.cli import main
+from pe_research.evaluation.range_eval import eval_position_key, example_statistics
 
 
 @pytest.fixture(scope="module")
@@ -170,3 +172,22 @@ def test_summaries_use_only_the_trained_positions_of_the_config():
     norms = np.linalg.norm(np.asarray(table), axis=-1)[2:9]
     assert raw["mean"] == pytest.approx(norms.mean(), rel=1e-5)
     assert after["positions"]["trained"] == 9 and after["orthogonality"]["num_positions"] == 9
+
+
+def test_evaluation_positions_are_the_range_evaluators_draws(trained_run_dir):
+    """Per-example losses from the evaluator's own step equal the model's on the analysis
+    positions, with test positions drawn (a randomized range set at evaluation)."""
+    run = load_run(trained_run_dir, "40", ["model.pe.randomize.max_position=64"])
+    batch = {key: jnp.asarray(value) for key, value in example_batch(run, 8, 4).items()}
+    source_positions, target_positions = evaluation_positions(run, batch)
+    assert source_positions.shape == (4, batch["source"].shape[1])  # a draw per example
+    logits = run.model(batch["source"], batch["target_input"], source_positions,
+                       target_positions, batch["source_mask"], batch["target_mask"])
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["target_output"])
+    expected = jnp.sum(jnp.where(batch["target_mask"], losses, 0.0), axis=-1)
+    found = example_statistics(run.model, batch, eval_position_key(run.config.seed))["loss"]
+    np.testing.assert_allclose(found, expected, rtol=1e-5)
+    plain = run.model(batch["source"], batch["target_input"], jnp.arange(
+        batch["source"].shape[1])[None], jnp.arange(batch["target_input"].shape[1])[None],
+        batch["source_mask"], batch["target_mask"])
+    assert not np.allclose(plain, logits, atol=1e-4)  # the draw matters
