@@ -52,7 +52,8 @@ def synthetic_batch(rows: int, source: int, target: int) -> dict[str, np.ndarray
 def compiled_gb(evaluator: RangeEvaluator, params, batch) -> tuple[float | None, float]:
     """XLA's memory for the compiled evaluation of ``batch`` (GiB) and the compile seconds."""
     start = time.perf_counter()
-    compiled = evaluator.statistics.lower(params, data.global_batch(batch, evaluator.mesh))
+    compiled = evaluator.statistics.lower(params, data.global_batch(batch, evaluator.mesh),
+                                          np.int32(0))  # the batch's first row
     compiled = compiled.compile()
     return step_memory_gb(compiled), time.perf_counter() - start
 
