@@ -12,14 +12,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import jax
 import numpy as np
 
 from pe_research import data
 from pe_research.positional.randomize import evaluation_keys, randomize_settings
 from pe_research.runs.restore import LoadedRun, load_run
 from pe_research.runs.run_dir import RunDir
-from pe_research.training.steps import EVAL_KEY_TAG, batch_positions
+from pe_research.training.steps import batch_positions, eval_position_key
 
 ANALYSIS_OVERRIDES = ("model.dtype=float32", "model.attention_implementation=xla")
 
@@ -47,8 +46,8 @@ def evaluation_positions(run: LoadedRun, batch: dict[str, np.ndarray]) -> tuple[
     """Source and target positions exactly as range evaluation draws them for the first rows
     of a length."""
     pe = run.config.model.pe.to_dict()
-    key = jax.random.fold_in(jax.random.key(run.config.seed), EVAL_KEY_TAG)
-    position_key = evaluation_keys(pe, jax.random.split(key)[0], 0, batch["source"].shape[0])
+    position_key = evaluation_keys(pe, eval_position_key(run.config.seed), 0,
+                                   batch["source"].shape[0])
     return batch_positions(pe, batch, position_key, training=False,
                            architecture=run.config.model.architecture)
 

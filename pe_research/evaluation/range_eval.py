@@ -40,7 +40,7 @@ from pe_research.positional.registry import scheme_class
 from pe_research.runs.restore import LoadedRun
 from pe_research.runs.run_dir import RunDir
 from pe_research.special_tokens import EOS_ID
-from pe_research.training.steps import EVAL_KEY_TAG, batch_positions
+from pe_research.training.steps import batch_positions, eval_position_key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,9 +125,6 @@ def decodes_at_oracle_length(config: ml_collections.ConfigDict) -> bool:
     return bool(config.eval.oracle_length) or not config.train.get("predict_eos", True)
 
 
-def eval_position_key(seed: int) -> jax.Array:
-    """The key the training-time evaluation draws positions from (matters only if randomized)."""
-    return jax.random.split(jax.random.fold_in(jax.random.key(seed), EVAL_KEY_TAG))[0]
 
 PROGRESS_DELAY_S = 3.0  # a bar only for evaluations a person waits for
 

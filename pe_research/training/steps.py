@@ -36,6 +36,11 @@ Batch = Mapping[str, jax.Array]
 EVAL_KEY_TAG = 0x0E7A1  # folded into the seed for evaluation-time random positions
 
 
+def eval_position_key(seed: int) -> jax.Array:
+    """The key range evaluation draws test positions from (matters only if randomized)."""
+    return jax.random.split(jax.random.fold_in(jax.random.key(seed), EVAL_KEY_TAG))[0]
+
+
 def batch_positions(pe: Mapping[str, Any], batch: Batch, key: jax.Array, training: bool,
                     architecture: str = "encoder_decoder") -> tuple[jax.Array, jax.Array]:
     """Source and target positions for a batch, ``[1, S]``/``[1, T]`` where rows share them;
