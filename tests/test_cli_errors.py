@@ -48,6 +48,9 @@ def _cases(tmp: Path) -> dict[str, tuple[list[str], str, Path]]:
         "parent not writable": ([*default, *tiny, "--workdir", "/sys/pe_research_test/run"],
                                 "choose a directory you can write to",
                                 Path("/sys/pe_research_test")),
+        "fine-tuning from nowhere": ([*default, *tiny, f"--config.train.init_from={tmp}/none",
+                                      "--workdir", str(tmp / "w7")],
+                                     "train.init_from=", tmp / "w7"),
         "run dir not writable": ([*default, *tiny, "--workdir", "/sys/kernel"],
                                  "cannot write /sys/kernel/.lock", Path("/sys/kernel/.lock")),
     }

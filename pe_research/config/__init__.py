@@ -8,6 +8,7 @@ files      ``configs/<name>.py`` -> ConfigDict; a run's ``config.json`` saved an
 
 from pe_research.config.files import (
     call_user_code,
+    flat_config,
     from_mapping,
     load_config,
     load_run_config,
@@ -35,6 +36,7 @@ from pe_research.config.validate import best_mode, validate_config
 __all__ = [
     "BLOCK_DEFAULTS", "MODEL_DEFAULTS", "TOP_LEVEL_DEFAULTS", "apply_overrides", "base_config",
     "best_mode", "call_user_code", "collect_overrides", "complete", "default_task_block",
-    "from_mapping", "load_config", "load_run_config", "load_user_module", "override_text",
+    "flat_config", "from_mapping", "load_config", "load_run_config", "load_user_module",
+    "override_text",
     "parse_value", "save_config", "split_override", "to_dict", "validate_config",
 ]

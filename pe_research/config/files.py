@@ -114,3 +114,14 @@ def load_run_config(run_dir: str | Path, overrides: Sequence[str] = (), *,
     if validate:
         validate_config(config)
     return config
+
+
+def flat_config(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``."""
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flat_config(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out

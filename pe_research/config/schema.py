@@ -48,6 +48,11 @@ BLOCK_DEFAULTS: dict[str, dict[str, Any]] = {
         # False: the loss skips the end token, so the model never learns where to stop (-EOS of
         # Newman et al. 2020); range eval then also decodes at the oracle length.
         "predict_eos": True,
+        # Fine-tuning: a run directory whose checkpoint's weights start this run ('{seed}' is
+        # replaced by the seed); the optimizer, schedule and data start afresh. '' trains from
+        # scratch.
+        "init_from": "",
+        "init_checkpoint": "best",  # of init_from: 'best' | 'latest' | a step number
     },
     "eval": {
         "lengths": (),  # task lengths for `pe-research eval`

@@ -105,6 +105,7 @@ def _check_train(train: Mapping[str, Any]) -> None:
         raise ConfigError("train.learning_rate", train["learning_rate"], "must be > 0")
     check_choice("train.schedule", train["schedule"], SCHEDULES)
     _positive_ints("train.eval_lengths", tuple(train["eval_lengths"]))
+    check_checkpoint_choice("train.init_checkpoint", train["init_checkpoint"])
     if train["best_metric"]:  # ignored when train.eval_every is 0 (no metric to rank by)
         check_choice("train.best_metric", train["best_metric"], best_metric_choices(train) + [""])
 
@@ -113,9 +114,13 @@ def _check_eval(evaluation: Mapping[str, Any]) -> None:
     _positive_ints("eval.lengths", tuple(evaluation["lengths"]))
     _at_least("eval.batch_size", evaluation["batch_size"], 1)
     _at_least("eval.memory_budget_gb", evaluation["memory_budget_gb"], 0)
-    checkpoint = evaluation["checkpoint"]
-    if checkpoint not in CHECKPOINT_CHOICES and not checkpoint.isdigit():
-        raise ConfigError("eval.checkpoint", checkpoint, "'best', 'latest' or a step number")
+    check_checkpoint_choice("eval.checkpoint", evaluation["checkpoint"])
+
+
+def check_checkpoint_choice(key: str, checkpoint: str) -> None:
+    """ConfigError unless ``checkpoint`` is 'best', 'latest' or a step number."""
+    if checkpoint not in CHECKPOINT_CHOICES and not str(checkpoint).isdigit():
+        raise ConfigError(key, checkpoint, "'best', 'latest' or a step number")
 
 
 def _check_wandb(wandb_cfg: Mapping[str, Any]) -> None:

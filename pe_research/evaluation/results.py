@@ -139,14 +139,16 @@ def _without_buckets(overrides: Sequence[str]) -> set[str]:
 
 
 def cached_rows(run_dir: str | Path, name: str, lengths: Sequence[int],
-                overrides: Sequence[str] = ()) -> list[dict[str, float]]:
+                overrides: Sequence[str] = (), step: int | None = None,
+                ) -> list[dict[str, float]]:
     """The rows at ``lengths``: read from ``eval/<name>.json`` when it holds every length under
-    the same overrides, else evaluated (as ``pe-research eval``) and written."""
-    cached = read_rows(run_dir, name, lengths, overrides)
+    the same overrides (and checkpoint ``step``, when given), else evaluated (as ``pe-research
+    eval``, at ``step`` or the config's ``eval.checkpoint``) and written."""
+    cached = read_rows(run_dir, name, lengths, overrides, step)
     if cached is not None:
         return cached
-    evaluate_and_write(run_dir, lengths=lengths, name=name, overrides=overrides)
-    return read_rows(run_dir, name, lengths, overrides)
+    evaluate_and_write(run_dir, checkpoint=step, lengths=lengths, name=name, overrides=overrides)
+    return read_rows(run_dir, name, lengths, overrides, step)
 
 
 def cached_exact_match(run_dir: str | Path, name: str, lengths: Sequence[int],
@@ -157,13 +159,16 @@ def cached_exact_match(run_dir: str | Path, name: str, lengths: Sequence[int],
 
 
 def read_rows(run_dir: str | Path, name: str, lengths: Sequence[int],
-              overrides: Sequence[str] = ()) -> list[dict[str, float]] | None:
+              overrides: Sequence[str] = (), step: int | None = None,
+              ) -> list[dict[str, float]] | None:
     """The rows at ``lengths`` of ``eval/<name>.json`` when it holds every one under the same
-    overrides (bucket widths aside), else None."""
+    overrides (bucket widths aside) and, when given, of checkpoint ``step``; else None."""
     path = results_path(run_dir, name)
     if not path.exists():
         return None
     record = read_results(path)
+    if step is not None and record["step"] != step:
+        return None
     rows = {row["length"]: row for row in record["rows"]}
     if (all(n in rows for n in lengths)
             and _without_buckets(record["overrides"]) == _without_buckets(overrides)):

@@ -82,18 +82,20 @@ def check_eval_overrides(overrides: Sequence[str]) -> None:
                               + ", ".join(EVAL_SAFE_KEYS))
 
 
-def candidate_steps(checkpointer: Checkpointer, checkpoint: str | int) -> list[int]:
-    """The step asked for first, then (for 'best'/'latest') every earlier step as a fallback."""
+def candidate_steps(checkpointer: Checkpointer, checkpoint: str | int, key: str = "--step",
+                    ) -> list[int]:
+    """The step asked for first, then (for 'best'/'latest') every earlier step as a fallback;
+    errors name ``key``, the option that asked."""
     steps = checkpointer.steps()
     if not steps:
-        raise ConfigError("--step", checkpoint, f"no checkpoints in {checkpointer.directory}")
+        raise ConfigError(key, checkpoint, f"no checkpoints in {checkpointer.directory}")
     if str(checkpoint).isdigit():
         if int(checkpoint) not in steps:
-            raise ConfigError("--step", checkpoint,
+            raise ConfigError(key, checkpoint,
                               f"'latest', 'best' or one of the saved steps {steps}")
         return [int(checkpoint)]
     if checkpoint not in CHECKPOINT_CHOICES:
-        raise ConfigError("--step", checkpoint,
+        raise ConfigError(key, checkpoint,
                           f"'latest', 'best' or one of the saved steps {steps}")
     best = checkpointer.best_step() if checkpoint == "best" else None
     first = steps[-1] if best is None else best
@@ -101,7 +103,7 @@ def candidate_steps(checkpointer: Checkpointer, checkpoint: str | int) -> list[i
 
 
 def restore_params(checkpointer: Checkpointer, candidates: Sequence[int], target: Any,
-                   explicit: bool) -> tuple[int, Any]:
+                   explicit: bool, key: str = "--step") -> tuple[int, Any]:
     """The first candidate step that restores into ``target``, warning about each one skipped."""
     for index, step in enumerate(candidates):
         try:
@@ -109,11 +111,11 @@ def restore_params(checkpointer: Checkpointer, candidates: Sequence[int], target
         except Exception as error:  # noqa: BLE001 - any unreadable step is skipped or reported
             reason = f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"
             if explicit:
-                raise ConfigError("--step", step, f"checkpoint step {step} in "
+                raise ConfigError(key, step, f"checkpoint step {step} in "
                                   f"{checkpointer.directory} is unreadable ({reason}); ask for "
                                   "'latest' or 'best' to fall back to a good one") from None
             if index == len(candidates) - 1:
-                raise ConfigError("--step", "latest", f"no readable checkpoint in "
+                raise ConfigError(key, "latest", f"no readable checkpoint in "
                                   f"{checkpointer.directory}; the last error was {reason}") \
                     from None
             warnings.warn(f"checkpoint step {step} in {checkpointer.directory} is unreadable "

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from pe_research import data
-from pe_research.config import to_dict, validate_config
+from pe_research.config import flat_config, to_dict, validate_config
 from pe_research.errors import ConfigError
 from pe_research.mesh import (
     DATA_AXIS,
@@ -43,7 +43,12 @@ from pe_research.runs.checkpoint import abstract_like, run_checkpointer
 from pe_research.runs.lock import RunDirLock
 from pe_research.runs.restore import run_task
 from pe_research.runs.tracking import make_writer
-from pe_research.training.loop import config_changes, flat_config, prepare_run_dir
+from pe_research.training.loop import (
+    config_changes,
+    init_source,
+    prepare_run_dir,
+    start_from_source,
+)
 from pe_research.training.optimizer import make_optimizer
 from pe_research.training.periodic_eval import PeriodicEvaluator
 from pe_research.training.step_loop import MemberRun, StepLoop, all_finite
@@ -107,11 +112,14 @@ def train_ensemble(configs: Sequence[ml_collections.ConfigDict],
     tasks = [run_task(config, run_dir) for config, run_dir in zip(configs, run_dirs, strict=True)]
     changes = [config_changes(config, run_dir)
                for config, run_dir in zip(configs, run_dirs, strict=True)]
+    sources = [init_source(config, run_dir, task)
+               for config, run_dir, task in zip(configs, run_dirs, tasks, strict=True)]
     with contextlib.ExitStack() as stack_:
         for run_dir in run_dirs:
             lock = RunDirLock(run_dir).acquire()
             stack_.callback(lock.release)
-        return _train_locked(list(configs), run_dirs, tasks, changes, mesh, eval_mesh, stack_)
+        return _train_locked(list(configs), run_dirs, tasks, changes, sources, mesh, eval_mesh,
+                             stack_)
 
 
 def _restore_common_step(checkpointers: Sequence[Any], params: Any, opt_state: Any,
@@ -134,7 +142,7 @@ def _restore_common_step(checkpointers: Sequence[Any], params: Any, opt_state: A
                     for c in checkpointers]
 
 
-def _train_locked(configs, run_dirs, tasks, changes, mesh, eval_mesh,
+def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
                   cleanup: contextlib.ExitStack) -> EnsembleResult:
     vocab_size = tasks[0].vocabulary.size
     singles = [make_steps(build_model(config, vocab_size), config.train, config.seed, eval_mesh)
@@ -152,6 +160,11 @@ def _train_locked(configs, run_dirs, tasks, changes, mesh, eval_mesh,
         checkpointers, abstract_like(member_params[0], on_eval_mesh),
         abstract_like(member_opt[0], on_eval_mesh))
     windows: list[Any] = [None] * len(configs)
+    initialised: list[Any] = [None] * len(configs)
+    if restored is None and configs[0].train.init_from:
+        for k, (config, task) in enumerate(zip(configs, tasks, strict=True)):
+            member_params[k], member_opt[k], initialised[k] = start_from_source(
+                config, task, sources[k], member_params[k], on_eval_mesh)
     if restored is not None:
         member_params = [items["params"] for items in restored]
         member_opt = [items["opt_state"] for items in restored]
@@ -170,7 +183,7 @@ def _train_locked(configs, run_dirs, tasks, changes, mesh, eval_mesh,
 
     members = []
     for k, (config, run_dir, task) in enumerate(zip(configs, run_dirs, tasks, strict=True)):
-        prepare_run_dir(config, run_dir, task, changes[k], start)
+        prepare_run_dir(config, run_dir, task, changes[k], start, initialised[k])
         writer = make_writer(config.wandb, run_dir, resume_step=start if restored else None,
                              hparams=to_dict(config))
         cleanup.callback(writer.finish)

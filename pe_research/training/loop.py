@@ -21,7 +21,13 @@ import ml_collections
 from jax.sharding import Mesh
 
 from pe_research import data
-from pe_research.config import from_mapping, save_config, to_dict, validate_config
+from pe_research.config import (
+    flat_config,
+    from_mapping,
+    save_config,
+    to_dict,
+    validate_config,
+)
 from pe_research.errors import ConfigError
 from pe_research.mesh import (
     check_batch_fits,
@@ -31,10 +37,17 @@ from pe_research.mesh import (
     sync_processes,
 )
 from pe_research.runs.checkpoint import abstract_like, run_checkpointer
+from pe_research.runs.init_from import (
+    InitSource,
+    check_init_source,
+    has_checkpoints,
+    restore_source_params,
+)
 from pe_research.runs.lock import RunDirLock
 from pe_research.runs.restore import run_task
 from pe_research.runs.run_dir import RunDir
 from pe_research.runs.tracking import make_writer
+from pe_research.training.optimizer import make_optimizer
 from pe_research.training.periodic_eval import PeriodicEvaluator
 from pe_research.training.step_loop import MemberRun, StepLoop
 from pe_research.training.steps import initial_train_state
@@ -62,17 +75,6 @@ class TrainResult:
     wandb_run: str | None
 
 
-def flat_config(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``."""
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(flat_config(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def config_changes(config: ml_collections.ConfigDict, run_dir: Path) -> dict[str, list[Any]]:
     """``{key: [old, new]}`` of resumable keys changed since ``config.json``; ConfigError for any
     other change, naming the key the user most likely changed."""
@@ -93,12 +95,39 @@ def config_changes(config: ml_collections.ConfigDict, run_dir: Path) -> dict[str
     return {key: [old.get(key), new.get(key)] for key in differing}
 
 
+def init_source(config: ml_collections.ConfigDict, run_dir: Path, task: Any,
+                ) -> InitSource | None:
+    """The checked ``train.init_from`` source of a run that has no checkpoint of its own yet."""
+    return None if has_checkpoints(run_dir) else check_init_source(config, task)
+
+
+def start_from_source(config: ml_collections.ConfigDict, task: Any, source: InitSource | None,
+                      params: Any, sharding: jax.sharding.Sharding,
+                      ) -> tuple[Any, Any, dict[str, Any]]:
+    """Parameters of the ``train.init_from`` checkpoint, a fresh optimizer state for them, and
+    the record for config.json's history."""
+    source = source or check_init_source(config, task)  # when the run's own steps were unreadable
+    step, params = restore_source_params(source, config.train.init_checkpoint, params, sharding)
+    opt_state = jax.device_put(make_optimizer(config.train).init(params), sharding)
+    return params, opt_state, source.record(step, config)
+
+
 def prepare_run_dir(config: ml_collections.ConfigDict, run_dir: Path, task: Any,
-                    changes: Mapping[str, list[Any]], step: int) -> None:
-    """Write config.json (with the resume history) and vocabulary.json on process 0."""
+                    changes: Mapping[str, list[Any]], step: int,
+                    initialised_from: Mapping[str, Any] | None = None) -> None:
+    """Write config.json (with the resume history: resumed with changes, or initialised from
+    another run's checkpoint) and vocabulary.json on process 0."""
     recorded = {key: value for key, value in changes.items() if key.startswith(RECORDED_CHANGES)}
     if jax.process_index() == 0:
         history = RunDir(run_dir).config_history()
+        if initialised_from:
+            history.append({"step": 0, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                            "initialised_from": dict(initialised_from)})
+            changes = initialised_from.get("model_changes", {})
+            changed = "; ".join(f"{key} {old!r} -> {new!r}" for key, (old, new) in changes.items())
+            print(f"{run_dir.name}: starting from the weights of {initialised_from['run']} "
+                  f"(step {initialised_from['step']}); model settings changed from it: "
+                  f"{changed or 'none'}", flush=True)
         if recorded:
             history.append({"step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                             "changed": recorded})
@@ -128,23 +157,28 @@ def train(config: ml_collections.ConfigDict, workdir: str | Path, *,
     check_batch_fits("data.batch_size", config.data.batch_size, mesh)
     check_batch_fits("eval.batch_size", config.eval.batch_size, mesh)
     changes = config_changes(config, run_dir)
+    source = init_source(config, run_dir, task)
     sync_processes("pe_research_run_dir_checked")  # every process has read before any writes
     lock = RunDirLock(run_dir).acquire() if jax.process_index() == 0 else None
     try:
-        return _train_locked(config, run_dir, task, mesh, changes)
+        return _train_locked(config, run_dir, task, mesh, changes, source)
     finally:
         if lock is not None:
             lock.release()
 
 
 def _train_locked(config: ml_collections.ConfigDict, run_dir: Path, task: Any, mesh: Mesh,
-                  changes: Mapping[str, list[Any]]) -> TrainResult:
+                  changes: Mapping[str, list[Any]], source: InitSource | None) -> TrainResult:
     steps, params, opt_state = initial_train_state(config, task.vocabulary.size, mesh)
     checkpointer = run_checkpointer(config, run_dir)
+    initialised = None
     try:
         restored = checkpointer.restore_latest_good(
             params=abstract_like(params, replicated(mesh)),
             opt_state=abstract_like(opt_state, replicated(mesh)), quarantine=True)
+        if restored is None and config.train.init_from:
+            params, opt_state, initialised = start_from_source(config, task, source, params,
+                                                               replicated(mesh))
     except BaseException:
         checkpointer.close()
         raise
@@ -155,7 +189,7 @@ def _train_locked(config: ml_collections.ConfigDict, run_dir: Path, task: Any, m
         window = items["meta"].get("train_window")
         if jax.process_index() == 0:
             print(f"resuming {run_dir} from step {start} (of {config.train.steps})", flush=True)
-    prepare_run_dir(config, run_dir, task, changes, start)
+    prepare_run_dir(config, run_dir, task, changes, start, initialised)
 
     writer = make_writer(config.wandb, run_dir, process_index=jax.process_index(),
                          resume_step=start if restored else None, hparams=to_dict(config))
