@@ -28,13 +28,14 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from pe_research.cli.script import run_script, write_outputs
-from pe_research.config import flat_config, load_run_config, to_dict
+from pe_research.config import load_run_config
 from pe_research.errors import UsageError
 from pe_research.evaluation.metrics import METRICS
 from pe_research.evaluation.plots import mark_training_ranges
 from pe_research.evaluation.range_eval import default_lengths
 from pe_research.evaluation.results import cached_rows
 from pe_research.runs.checkpoint import run_checkpointer
+from pe_research.runs.init_from import InitSource
 from pe_research.runs.restore import EVAL_SAFE_KEYS
 from pe_research.runs.run_dir import RunDir, grid_point_runs
 
@@ -53,15 +54,14 @@ def start_of(run: Path) -> dict:
 def start_overrides(run: Path, source: Path) -> list[str]:
     """The run's test-time model settings where they differ from the source's, as overrides;
     a UsageError when the run changed a model key that is not a test-time one."""
-    mine = flat_config(to_dict(load_run_config(run, validate=False).model))
-    theirs = flat_config(to_dict(load_run_config(source, validate=False).model))
-    changed = sorted(key for key in set(mine) | set(theirs) if mine.get(key) != theirs.get(key))
-    safe = tuple(key.removeprefix("model.") for key in EVAL_SAFE_KEYS if key.startswith("model."))
-    for key in changed:
+    changes = InitSource(source, load_run_config(source, validate=False)).model_changes(
+        load_run_config(run, validate=False))
+    safe = tuple(key for key in EVAL_SAFE_KEYS if key.startswith("model."))
+    for key, (theirs, _) in changes.items():
         if not key.startswith(safe):
-            raise UsageError(f"{run} changed model.{key} from the source's {theirs.get(key)!r}; "
+            raise UsageError(f"{run} changed {key} from the source's {theirs!r}; "
                              "step 0 cannot be evaluated: leave 0 out of --steps")
-    return [f"model.{key}={mine[key]}" for key in changed]
+    return [f"{key}={mine}" for key, (_, mine) in changes.items()]
 
 
 def scores(run: Path, step: int, metric: str, lengths: tuple[int, ...]) -> np.ndarray:
