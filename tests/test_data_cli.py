@@ -40,6 +40,19 @@ def test_show_prints_examples_in_the_task_symbols(capsys):
         run("show", "binary_multiplication", "--length", "2")
 
 
+def test_show_applies_task_overrides_to_a_named_task(capsys):
+    assert run("show", "selective_copy", "--length", "3", "--count", "2",
+               overrides=["--config.task.blanks_per_token=2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for line in lines[1:]:
+        source, target = line.strip().split(" -> ")
+        assert len(source) == 9 and source.count("_") == 6 and source.replace("_", "") == target
+    with pytest.raises(ConfigError, match=r"task.blanks_per_token=-1 .*>= 0"):
+        run("show", "selective_copy", overrides=["--config.task.blanks_per_token=-1"])
+    with pytest.raises(ConfigError, match=r"task.blank=.*keys of task"):
+        run("show", "selective_copy", overrides=["--config.task.blank=1"])
+
+
 def test_eval_set_freezes_the_config_grid_once(tmp_path, capsys):
     argv = ("eval-set", "--config", str(REPO / "configs" / "default.py"), "--lengths", "20",
             "30", "--out", str(tmp_path))

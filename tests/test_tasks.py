@@ -24,8 +24,8 @@ def test_registry_holds_the_benchmark_suite_and_extras():
         "stack_manipulation", "reverse_string", "modular_arithmetic_brackets", "solve_equation",
         "duplicate_string", "missing_duplicate_string", "odds_first", "binary_addition",
         "binary_multiplication", "compute_sqrt", "bucket_sort"}
-    assert {"copy", "sort", "addition", "scan", "text"} <= set(TASKS)
-    assert len(GENERATED_TASKS) == 18
+    assert {"copy", "sort", "addition", "selective_copy", "scan", "text"} <= set(TASKS)
+    assert len(GENERATED_TASKS) == 19
     for name in GENERATED_TASKS:
         assert "Example" in TASKS[name].__doc__ and "->" in TASKS[name].__doc__, name
 
@@ -150,3 +150,23 @@ def test_sort_draws_distinct_symbols_and_whole_permutations():
     assert all(sorted(row) == list(range(12)) for row in source.tolist())
     np.testing.assert_array_equal(target, np.tile(np.arange(12), (50, 1)))
     assert len({tuple(row) for row in source.tolist()}) == 50
+
+
+def test_selective_copy_scatters_its_blanks_uniformly():
+    task = get_task({"name": "selective_copy", "alphabet_size": 10, "blanks_per_token": 1})
+    blank = task.alphabet_size
+    source, target, _ = task.generate(np.random.default_rng(0), 4, 14_000)
+    assert source.shape == (14_000, 8) and target.shape == (14_000, 4)
+    symbols = source != blank
+    assert (symbols.sum(axis=1) == 4).all()
+    np.testing.assert_array_equal(source[symbols].reshape(-1, 4), target)  # in order
+    assert np.allclose(symbols.mean(axis=0), 0.5, atol=0.015)  # every slot alike
+    # every one of the C(8, 4) = 70 placements about equally often (200 expected each)
+    counts = np.unique(np.packbits(symbols, axis=1), return_counts=True)[1]
+    assert len(counts) == 70 and counts.min() > 140 and counts.max() < 260
+    wide = get_task({"name": "selective_copy", "alphabet_size": 3, "blanks_per_token": 3})
+    source, target, _ = wide.generate(np.random.default_rng(1), 5, 100)
+    assert source.shape == (100, 20) and ((source == 3).sum(axis=1) == 15).all()
+    bare = get_task({"name": "selective_copy", "alphabet_size": 3, "blanks_per_token": 0})
+    source, target, _ = bare.generate(np.random.default_rng(1), 5, 10)
+    np.testing.assert_array_equal(source, target)  # no blanks: plain copy

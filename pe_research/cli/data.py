@@ -66,8 +66,12 @@ def _show(args: argparse.Namespace) -> int:
 
         config = load_config(args.config, overrides)
         task_cfg, data_cfg = config.task.to_dict(), config.data.to_dict()
-    elif args.task:
-        task_cfg, data_cfg = default_task_config(args.task), {}
+    elif args.task:  # the task's defaults, with any --config.task.KEY=VALUE applied
+        from pe_research.config.overrides import apply_overrides
+        from pe_research.config.schema import base_config
+
+        config = apply_overrides(base_config(task=args.task), overrides)
+        task_cfg, data_cfg = config.task.to_dict(), config.data.to_dict()
     else:
         raise ConfigError("task", None, f"name a task or pass --config; tasks: {sorted(TASKS)}")
     if args.scan_dir:

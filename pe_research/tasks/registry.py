@@ -14,7 +14,7 @@ from pe_research.tasks.dcf import ReverseString, StackManipulation
 from pe_research.tasks.decimal_addition import DecimalAddition
 from pe_research.tasks.regular import CycleNavigation, EvenPairs, ModularArithmetic, ParityCheck
 from pe_research.tasks.scan import ScanTask
-from pe_research.tasks.sequences import Copy, Sort
+from pe_research.tasks.sequences import Copy, SelectiveCopy, Sort
 from pe_research.tasks.text_dataset import TextSeq2SeqTask
 from pe_research.tasks.vocabulary import Vocabulary
 
@@ -40,6 +40,7 @@ TASKS: dict[str, type[Task]] = {
     # beyond the benchmark
     "copy": Copy,
     "sort": Sort,
+    "selective_copy": SelectiveCopy,
     "addition": DecimalAddition,
     # text
     "scan": ScanTask,

@@ -1,4 +1,4 @@
-"""Classic length-generalisation tasks outside the benchmark: copy and sort."""
+"""Classic length-generalisation tasks outside the benchmark: copy, sort, selective copy."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from pe_research.tasks.algorithmic import (
     check_int,
     digit_symbols,
 )
+
+BLANK = "_"
 
 
 class Copy(StringTask):
@@ -71,3 +73,44 @@ class Sort(AlgorithmicTask):
         else:
             strings = rng.integers(0, k, size=(count, n))
         return strings, np.sort(strings, axis=1), None
+
+
+class SelectiveCopy(AlgorithmicTask):
+    """Copy the symbols of a string with blanks scattered through it, leaving the blanks out.
+
+    Source: ``n`` symbols uniform in 0..k-1 (k = ``alphabet_size``, default 10) in order, with
+    ``b * n`` blanks '_' (b = ``blanks_per_token``, default 1) at uniformly random places among
+    them, ``(1 + b) n`` tokens. Target: the ``n`` symbols. The selective copying task (Gu and Dao
+    2023, "Mamba", sec. 3.1), which CoPE (Golovneva et al. 2024) uses with as many blanks as
+    symbols in training: a symbol's place in the output is its count among the non-blank tokens,
+    not its distance in the source.
+    Example (n=4, b=1): ``3_07__3_ -> 3073``.
+    """
+
+    name, family = "selective_copy", "extra"
+
+    @classmethod
+    def default_config(cls) -> dict[str, Any]:
+        return {"alphabet_size": 10, "blanks_per_token": 1}
+
+    def check_config(self) -> None:
+        self.alphabet_size = check_int(self.config, "alphabet_size", 2)
+        self.blanks_per_token = check_int(self.config, "blanks_per_token", 0)
+
+    def symbols(self) -> tuple[str, ...]:
+        return (*digit_symbols(self.alphabet_size), BLANK)
+
+    def source_length(self, n: int) -> int:
+        return (1 + self.blanks_per_token) * n
+
+    def max_target_length(self, n: int) -> int:
+        return n
+
+    def generate(self, rng: np.random.Generator, n: int, count: int) -> Generated:
+        strings = rng.integers(0, self.alphabet_size, size=(count, n))
+        width = self.source_length(n)
+        # The n smallest of ``width`` iid keys mark a uniform n-subset of the slots.
+        slots = np.sort(np.argsort(rng.random((count, width)), axis=1)[:, :n], axis=1)
+        source = np.full((count, width), self.alphabet_size)  # the blank's index
+        np.put_along_axis(source, slots, strings, axis=1)
+        return source, strings.copy(), None
