@@ -6,6 +6,7 @@ import csv
 import math
 
 import jax
+import matplotlib.colors
 import matplotlib.image
 import matplotlib.pyplot
 import numpy as np
@@ -16,7 +17,7 @@ from pe_research.config import base_config, save_config
 from pe_research.errors import ConfigError
 from pe_research.evaluation.compare import compare_runs, legend_names, load_curve, natural_key
 from pe_research.evaluation.metrics import wilson_interval
-from pe_research.evaluation.plots import mark_training_ranges
+from pe_research.evaluation.plots import mark_training_ranges, plot_comparison
 from pe_research.evaluation.range_eval import EvalResult, LengthResult
 from pe_research.evaluation.results import write_results
 from pe_research.mesh import data_mesh
@@ -154,6 +155,28 @@ def test_every_training_range_is_marked_on_a_mixed_plot():
     np.testing.assert_allclose((xs.min(), xs.max()), (0.5, 6.5))
     assert sorted(line.get_xdata()[0] for line in lines) == [4.5, 6.5]
     matplotlib.pyplot.close(figure)
+
+
+@pytest.mark.parametrize("count", [4, 12, 18])
+def test_no_two_groups_are_drawn_alike(count, tmp_path, monkeypatch):
+    kept = []
+    monkeypatch.setattr(matplotlib.pyplot, "close", kept.append)  # keep the figure to read it
+    x = np.arange(1, 9)
+    groups = {f"scheme{i}": {"lengths": x, "mean": np.full(8, i / 20), "std": np.full(8, 0.01),
+                             "best": np.full(8, i / 20 + 0.02), "runs": np.array(3)}
+              for i in range(count)}
+    plot_comparison(groups, [(1, 4)], "exact_match", "t", tmp_path / "c.png")
+    lines = [line for line in kept[0].axes[0].lines if line.get_label().startswith("scheme")]
+    mean = {line.get_label().split(" ")[0]: line for line in lines if line.get_linestyle() == "-"}
+    best = {line.get_label().split(" ")[0]: line for line in lines if line.get_linestyle() == "--"}
+    assert len(mean) == len(best) == count
+    styles = {(tuple(matplotlib.colors.to_rgba(line.get_color())), line.get_marker())
+              for line in mean.values()}
+    assert len(styles) == count  # beyond the 10 default colours, too
+    for name, line in best.items():  # a group's best-seed line looks like its mean line
+        assert line.get_color() == mean[name].get_color()
+        assert line.get_marker() == mean[name].get_marker()
+    matplotlib.pyplot.close("all")
 
 
 def test_cli_takes_a_glob_and_a_group_key(run_dirs, tmp_path, capsys):

@@ -46,6 +46,18 @@ def mark_training_ranges(axes: plt.Axes, ranges: Sequence[Sequence[int]]) -> Non
 
 
 LEGEND_INSIDE = 6  # legend entries drawn inside the axes; more go beside them
+DEFAULT_COLORS = 10  # matplotlib's default cycle; more groups would repeat its colours
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def group_styles(count: int) -> list[dict[str, str]]:
+    """Line styles for ``count`` curves: the default cycle for up to 10, else a distinct
+    (tab20 colour, marker) pair for each, so no two curves are drawn alike."""
+    if count <= DEFAULT_COLORS:
+        return [{} for _ in range(count)]
+    colors = plt.get_cmap("tab20").colors
+    return [{"color": colors[i % len(colors)], "marker": MARKERS[i % len(MARKERS)],
+             "markersize": 4} for i in range(count)]
 
 
 def _finish(figure: plt.Figure, axes: plt.Axes, title: str, ylabel: str, path: Path,
@@ -102,26 +114,28 @@ def plot_comparison(groups: dict[str, dict[str, np.ndarray]],
     best = "max" if metric not in METRICS or METRICS[metric].higher_is_better else "min"
     figure, axes = plt.subplots(figsize=(8, 4.5))
     mark_training_ranges(axes, train_ranges)
+    styles = group_styles(len(groups))
     if all(int(group["runs"]) == 1 for group in groups.values()):
-        for name, group in groups.items():  # one seed: no band and no best-seed line to draw
-            axes.plot(group["lengths"], scale * group["mean"], linewidth=2, marker=".",
-                      label=f"{name} (1 seed)")
+        for style, (name, group) in zip(styles, groups.items(), strict=True):
+            # one seed: no band and no best-seed line to draw
+            axes.plot(group["lengths"], scale * group["mean"], linewidth=2,
+                      **({"marker": "."} | style), label=f"{name} (1 seed)")
         return _finish(figure, axes, f"{title}\none seed per group", _axis_label(metric),
                        Path(path), percent=scale == 100.0)
-    for name, group in groups.items():
+    for style, (name, group) in zip(styles, groups.items(), strict=True):
         x, runs = group["lengths"], int(group["runs"])
         seeds = f"{runs} seed{'s' if runs != 1 else ''}"
-        color = None
+        color = style.get("color")
         if show in ("mean", "both"):
-            line, = axes.plot(x, scale * group["mean"], linewidth=2,
+            line, = axes.plot(x, scale * group["mean"], linewidth=2, **style,
                               label=f"{name} ({seeds}): mean ± std")
             color = line.get_color()
             band = np.array([group["mean"] - group["std"], group["mean"] + group["std"]])
             band = np.clip(band, 0, 1) if scale == 100.0 else band
             axes.fill_between(x, scale * band[0], scale * band[1], color=color, alpha=0.2)
         if show in ("max", "both"):
-            axes.plot(x, scale * group["best"], linestyle="--", linewidth=1.2, color=color,
-                      label=f"{name} ({seeds}): {best} over seeds")
+            axes.plot(x, scale * group["best"], linestyle="--", linewidth=1.2,
+                      **(style | {"color": color}), label=f"{name} ({seeds}): {best} over seeds")
     shown = {"both": f"mean ± std (solid, band) and {best} over seeds (dashed)",
              "mean": "mean ± std over seeds", "max": f"{best} over seeds"}[show]
     return _finish(figure, axes, f"{title}\n{shown}", _axis_label(metric), Path(path),
