@@ -176,6 +176,9 @@ def test_no_two_groups_are_drawn_alike(count, tmp_path, monkeypatch):
     for name, line in best.items():  # a group's best-seed line looks like its mean line
         assert line.get_color() == mean[name].get_color()
         assert line.get_marker() == mean[name].get_marker()
+    figure = kept[0]
+    legend = figure.axes[0].get_legend().get_window_extent(figure.canvas.get_renderer())
+    assert legend.y0 >= 0 and legend.y1 <= figure.bbox.height  # every entry on the figure
     matplotlib.pyplot.close("all")
 
 

@@ -46,6 +46,7 @@ def mark_training_ranges(axes: plt.Axes, ranges: Sequence[Sequence[int]]) -> Non
 
 
 LEGEND_INSIDE = 6  # legend entries drawn inside the axes; more go beside them
+LEGEND_ENTRY_INCHES = 0.18  # one legend row at fontsize 8 (12 pt of text and spacing) + margin
 DEFAULT_COLORS = 10  # matplotlib's default cycle; more groups would repeat its colours
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
@@ -69,7 +70,7 @@ def _finish(figure: plt.Figure, axes: plt.Axes, title: str, ylabel: str, path: P
     width, height = figure.get_size_inches()
     entries = len(axes.get_legend_handles_labels()[1])
     if entries > LEGEND_INSIDE:  # a long legend would hide the curves: put it beside them
-        figure.set_size_inches(width + 4.5, height + 0.1 * max(0, entries - 16))
+        figure.set_size_inches(width + 4.5, max(height, LEGEND_ENTRY_INCHES * entries + 0.6))
         axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     else:
         axes.legend(fontsize=8, loc="best")
