@@ -47,7 +47,7 @@ def test_show_applies_task_overrides_to_a_named_task(capsys):
     for line in lines[1:]:
         source, target = line.strip().split(" -> ")
         assert len(source) == 9 and source.count("_") == 6 and source.replace("_", "") == target
-    with pytest.raises(ConfigError, match=r"task.blanks_per_token=-1 .*>= 0"):
+    with pytest.raises(ConfigError, match=r"task.blanks_per_token=-1(\.0)? .*>= 0"):
         run("show", "selective_copy", overrides=["--config.task.blanks_per_token=-1"])
     with pytest.raises(ConfigError, match=r"task.blank=.*keys of task"):
         run("show", "selective_copy", overrides=["--config.task.blank=1"])

@@ -71,3 +71,47 @@ def test_grid_point_runs_are_its_seed_directories_or_the_run_itself(tmp_path):
     assert grid_point_runs(tmp_path / "run") == [tmp_path / "run"]
     with pytest.raises(UsageError, match="no run here"):
         grid_point_runs(tmp_path / "empty")
+
+
+@pytest.fixture(scope="module")
+def selective_copy_run(tmp_path_factory):
+    """A tiny selective_copy run (10 steps, one blank per symbol), trained in process."""
+    from conftest import DEFAULT_CONFIG, tiny_overrides
+
+    from pe_research import load_config, train
+
+    run_dir = tmp_path_factory.mktemp("selective_copy") / "run"
+    config = load_config(DEFAULT_CONFIG, tiny_overrides(**{
+        "task.name": "selective_copy", "data.train_lengths": "(1, 4)",
+        "data.buckets": "(8, 16, 32)", "train.steps": 10, "train.checkpoint_every": 10,
+        "train.eval_every": 0, "train.eval_lengths": "(4,)", "eval.lengths": "(2, 4)",
+        "wandb.mode": "disabled"}))
+    train(config, run_dir)
+    return run_dir
+
+
+def test_a_task_may_declare_keys_that_change_only_what_is_tested(selective_copy_run):
+    from pe_research import evaluate
+    from pe_research.data import eval_dataset
+
+    plain = load_run(selective_copy_run)
+    sparse = load_run(selective_copy_run, overrides=["task.blanks_per_token=2"])
+    assert plain.config.task.blanks_per_token == 1 and sparse.task.source_length(4) == 12
+    sets = {name: eval_dataset(run.task, (4,), 16, 0, str(RunDir(run.run_dir).eval_data(
+        run.config.data))) for name, run in (("plain", plain), ("sparse", sparse))}
+    assert {len(s) for s in sets["plain"]["source"]} == {8}
+    assert {len(s) for s in sets["sparse"]["source"]} == {12}  # 4 symbols among 8 blanks
+    blank = sparse.task.vocabulary.tokens.index("_")
+    assert all(list(s).count(blank) == 8 for s in sets["sparse"]["source"])
+    explicit = load_run(selective_copy_run, overrides=["task.blanks_per_token=1"])
+    assert ([row.values for row in evaluate(explicit).rows]
+            == [row.values for row in evaluate(plain).rows])  # the default, said aloud
+    with pytest.raises(ConfigError, match=r"task.alphabet_size=.*cannot change at evaluation"
+                                          r".*task.blanks_per_token"):
+        load_run(selective_copy_run, overrides=["task.alphabet_size=3"])
+
+
+def test_other_tasks_keep_their_task_keys_fixed_at_evaluation(trained_run_dir):
+    with pytest.raises(ConfigError, match=r"task.blanks_per_token=.*cannot change") as error:
+        load_run(trained_run_dir, overrides=["task.blanks_per_token=2"])  # a reverse_string run
+    assert "task.blanks_per_token" not in str(error.value).split("eval-time keys are")[1]

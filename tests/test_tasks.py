@@ -167,6 +167,12 @@ def test_selective_copy_scatters_its_blanks_uniformly():
     wide = get_task({"name": "selective_copy", "alphabet_size": 3, "blanks_per_token": 3})
     source, target, _ = wide.generate(np.random.default_rng(1), 5, 100)
     assert source.shape == (100, 20) and ((source == 3).sum(axis=1) == 15).all()
+    dense = get_task({"name": "selective_copy", "blanks_per_token": 0.5})  # floor(b n) blanks
+    assert [dense.source_length(n) for n in (1, 2, 5, 8)] == [1, 3, 7, 12]
+    source, _, _ = dense.generate(np.random.default_rng(2), 5, 50)
+    assert ((source == 10).sum(axis=1) == 2).all()
+    with pytest.raises(ConfigError, match="task.blanks_per_token=-1 .*a number >= 0"):
+        get_task({"name": "selective_copy", "blanks_per_token": -1})
     bare = get_task({"name": "selective_copy", "alphabet_size": 3, "blanks_per_token": 0})
     source, target, _ = bare.generate(np.random.default_rng(1), 5, 10)
     np.testing.assert_array_equal(source, target)  # no blanks: plain copy

@@ -5,7 +5,8 @@
         --config.model.pe.scaling.type=ntk --config.model.pe.scaling.factor=4
     pe-research eval runs/t5 --lengths 1:32 --name far --config.model.pe.max_distance=1024
 
-Only test-time keys may be overridden (``runs.restore.EVAL_SAFE_KEYS``); anything that would change
+Only test-time keys may be overridden (``runs.restore.EVAL_SAFE_KEYS``, plus the run's task's own
+``test_time_keys`` such as selective copy's ``task.blanks_per_token``); anything that would change
 the trained model or task is refused. Results: ``RUN_DIR/eval/<name>.{json,csv,png}``.
 """
 

@@ -26,10 +26,11 @@ from pe_research.mesh import data_mesh, replicated
 from pe_research.model import TokenModel, abstract_model, build_model
 from pe_research.runs.checkpoint import Checkpointer, abstract_like, run_checkpointer
 from pe_research.runs.run_dir import RunDir
-from pe_research.tasks import Task, Vocabulary, get_task
+from pe_research.tasks import Task, Vocabulary, get_task, task_class
 
 CHECKPOINT_CHOICES = ("best", "latest")
-# Keys a saved run may change when restored: test-time settings, never the model or the task.
+# Keys a saved run may change when restored: test-time settings, never the model or the task
+# (beyond these, a task's own test_time_keys, which change what is tested, not the vocabulary).
 # model.pe.max_distance is T5's map from distances to its trained buckets, not a weight shape;
 # model.ablated_heads zeroes heads' outputs, also without touching a weight.
 # model.pe.randomize.max_position is the range test positions are drawn from (a learned table
@@ -72,14 +73,16 @@ def run_task(config: ml_collections.ConfigDict, run_dir: str | Path) -> Task:
     return get_task(config.task.to_dict(), config.data.to_dict(), vocabulary=vocabulary)
 
 
-def check_eval_overrides(overrides: Sequence[str]) -> None:
-    """ConfigError for an override that would change what was trained (weights, task, data)."""
+def check_eval_overrides(overrides: Sequence[str], task_keys: Sequence[str] = ()) -> None:
+    """ConfigError for an override that would change what was trained (weights, task, data);
+    ``task_keys``: the run's task's test-time keys, allowed as ``task.KEY``."""
+    safe_keys = (*EVAL_SAFE_KEYS, *(f"task.{key}" for key in task_keys))
     for text in overrides:
         key, value = split_override(text)
-        if not any(key == safe or key.startswith(safe + ".") for safe in EVAL_SAFE_KEYS):
+        if not any(key == safe or key.startswith(safe + ".") for safe in safe_keys):
             raise ConfigError(key, value, "cannot change at evaluation (the checkpoint was "
                               "trained with the stored value); eval-time keys are "
-                              + ", ".join(EVAL_SAFE_KEYS))
+                              + ", ".join(safe_keys))
 
 
 def candidate_steps(checkpointer: Checkpointer, checkpoint: str | int, key: str = "--step",
@@ -132,7 +135,8 @@ def load_run(run_dir: str | Path, checkpoint: str | int | None = None,
     ``overrides`` (``'model.pe.scaling.factor=2'`` ...) may change test-time keys only.
     """
     run_dir = Path(run_dir).absolute()
-    check_eval_overrides(overrides)
+    stored_task = task_class(load_run_config(run_dir, validate=False).task.name)
+    check_eval_overrides(overrides, stored_task.test_time_keys)
     config = load_run_config(run_dir, overrides)
     task = run_task(config, run_dir)
     mesh = mesh or data_mesh()

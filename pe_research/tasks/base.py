@@ -81,6 +81,9 @@ class Task(abc.ABC):
     name: ClassVar[str] = ""
     family: ClassVar[str] = ""  # 'regular', 'dcf', 'cs', 'extra' or 'text'
     metric: ClassVar[str] = "sequence_accuracy"  # decoded exact match is the headline
+    # Keys of the task's config that change only what is tested, never the vocabulary or what
+    # a trained model means: `pe-research eval` may set them on a saved run.
+    test_time_keys: ClassVar[tuple[str, ...]] = ()
 
     vocabulary: Vocabulary
     min_length: int = 1

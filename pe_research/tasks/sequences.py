@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -79,29 +80,34 @@ class SelectiveCopy(AlgorithmicTask):
     """Copy the symbols of a string with blanks scattered through it, leaving the blanks out.
 
     Source: ``n`` symbols uniform in 0..k-1 (k = ``alphabet_size``, default 10) in order, with
-    ``b * n`` blanks '_' (b = ``blanks_per_token``, default 1) at uniformly random places among
-    them, ``(1 + b) n`` tokens. Target: the ``n`` symbols. The selective copying task (Gu and Dao
-    2023, "Mamba", sec. 3.1), which CoPE (Golovneva et al. 2024) uses with as many blanks as
-    symbols in training: a symbol's place in the output is its count among the non-blank tokens,
-    not its distance in the source.
+    floor(b n) blanks '_' (b = ``blanks_per_token``, default 1) at uniformly random places among
+    them. Target: the ``n`` symbols. The selective copying task (Gu and Dao 2023, "Mamba",
+    sec. 3.1), which CoPE (Golovneva et al. 2024) trains with as many blanks as symbols and tests
+    with half as many ("dense") and twice as many ("sparse"): a symbol's place in the output is
+    its count among the non-blank tokens, not its distance in the source. ``blanks_per_token``
+    may change at evaluation (``pe-research eval RUN --config.task.blanks_per_token=2``).
     Example (n=4, b=1): ``3_07__3_ -> 3073``.
     """
 
     name, family = "selective_copy", "extra"
+    test_time_keys = ("blanks_per_token",)
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:
-        return {"alphabet_size": 10, "blanks_per_token": 1}
+        return {"alphabet_size": 10, "blanks_per_token": 1.0}
 
     def check_config(self) -> None:
         self.alphabet_size = check_int(self.config, "alphabet_size", 2)
-        self.blanks_per_token = check_int(self.config, "blanks_per_token", 0)
+        blanks = self.config["blanks_per_token"]
+        if isinstance(blanks, bool) or not isinstance(blanks, int | float) or not blanks >= 0:
+            raise ConfigError("task.blanks_per_token", blanks, "a number >= 0 (blanks per symbol)")
+        self.blanks_per_token = float(blanks)
 
     def symbols(self) -> tuple[str, ...]:
         return (*digit_symbols(self.alphabet_size), BLANK)
 
     def source_length(self, n: int) -> int:
-        return (1 + self.blanks_per_token) * n
+        return n + math.floor(self.blanks_per_token * n)
 
     def max_target_length(self, n: int) -> int:
         return n
