@@ -16,6 +16,8 @@ from pe_research.config import (
     save_config,
     to_dict,
 )
+from pe_research.config.files import from_mapping
+from pe_research.config.validate import validate_config
 from pe_research.errors import ConfigError
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -36,6 +38,18 @@ def test_overrides_are_parsed_by_the_type_they_replace():
     assert config.wandb.tags == ("a", "b")
     assert config.wandb.name == "my run"
     assert config.eval.lengths == ()
+
+
+def test_a_float_key_set_to_an_int_takes_a_float_override_and_an_int_key_does_not():
+    values = to_dict(base_config(task="selective_copy"))
+    values["task"]["blanks_per_token"] = 1  # as a config file may write the float key's value
+    config = from_mapping(values)  # as config.json is read back
+    assert type(config.task.blanks_per_token) is int
+    apply_overrides(config, ["task.blanks_per_token=0.5"])
+    assert config.task.blanks_per_token == 0.5
+    validate_config(config)
+    with pytest.raises(ConfigError, match=r"train.steps=1.5 is invalid: expected int"):
+        load_config(DEFAULT, ["--config.train.steps=1.5"])
 
 
 def test_space_separated_overrides_are_collected():

@@ -63,6 +63,9 @@ def apply_overrides(config: ml_collections.ConfigDict,
                 config.model.pe = {**default_pe_config(value), **common, "type": value}
             elif key == "task.name" and value != parent[leaf]:
                 config.task = default_task_block(value)
+            elif isinstance(value, float) and type(parent[leaf]) is int:
+                with parent.ignore_type():  # validation checks the type against the schema
+                    parent[leaf] = value
             else:
                 parent[leaf] = value
     return config
@@ -102,7 +105,10 @@ def parse_value(key: str, text: str, current: Any) -> Any:
                 raise ValueError(text)
             return word in TRUE_WORDS
         if isinstance(current, int):
-            return int(text)
+            try:
+                return int(text)
+            except ValueError:  # a float key that a config file set to an int, e.g. 1 for 1.0:
+                return float(text)  # validation refuses a float where the schema wants an int
         if isinstance(current, float):
             return float(text)
         if isinstance(current, str):
