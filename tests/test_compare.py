@@ -15,7 +15,13 @@ import pytest
 from pe_research import cli
 from pe_research.config import base_config, save_config
 from pe_research.errors import ConfigError
-from pe_research.evaluation.compare import compare_runs, legend_names, load_curve, natural_key
+from pe_research.evaluation.compare import (
+    compare_runs,
+    eval_settings,
+    legend_names,
+    load_curve,
+    natural_key,
+)
 from pe_research.evaluation.metrics import wilson_interval
 from pe_research.evaluation.plots import mark_training_ranges, plot_comparison
 from pe_research.evaluation.range_eval import EvalResult, LengthResult
@@ -103,6 +109,36 @@ def test_aggregates_over_seeds(run_dirs, tmp_path):
     assert "max over seeds" in markdown and "ddof=1" in markdown
     assert paths["png"].stat().st_size > 10_000
     assert png_width(paths["png"]) == 8 * 120  # 5 legend entries: the legend stays inside
+
+
+def test_curves_measured_with_test_time_settings_say_so_and_judge_the_fit_as_trained(
+        run_dirs, tmp_path):
+    assert eval_settings(["--config.task.blanks_per_token=2", "--config.data.buckets=8,48",
+                          "--config.eval.batch_size=8", "--config.wandb.mode=disabled",
+                          "--config.model.pe.scaling.factor=4"]) == (
+        "task.blanks_per_token=2", "model.pe.scaling.factor=4")
+    samples = 20
+    for run_dir in run_dirs:  # under the setting every run drops to 50 % at length 4
+        config = base_config(task="reverse_string")
+        run = LoadedRun(run_dir, config, None, 20, None, None, None, data_mesh(jax.devices()[:1]))
+        rows = [LengthResult(n, samples, row_values(e, samples))
+                for n, e in zip(LENGTHS, (1.0, 0.5, 0.2, 0.0), strict=True)]
+        write_results(run, EvalResult(rows, 1, [(4, 8, 16)], 0.5), "sparse",
+                      overrides=["--config.task.blanks_per_token=2", "--config.data.buckets=8"])
+    assert load_curve(run_dirs[0], eval_name="sparse").settings == ("task.blanks_per_token=2",)
+    assert load_curve(run_dirs[0]).settings == ()
+    learned = [run_dirs[0], run_dirs[2]]  # rope seed 0 and alibi: 100 % on lengths 1-4
+    paths = compare_runs(learned, tmp_path / "sparse", eval_name="sparse")
+    markdown = paths["markdown"].read_text()
+    assert "Evaluated with task.blanks_per_token=2, test-time settings" in markdown
+    finding = markdown.split("What the curves show: ")[1].split("\n")[0]
+    assert finding.startswith("Measured with task.blanks_per_token=2, which the runs were not "
+                              "trained with")
+    assert "Both schemes learned lengths 1-4" in finding  # as trained (eval/eval.json)
+    assert ("the training lengths 1-4 themselves fall below 95% decoded exact match for alibi "
+            "and rope (75% and 75% on average)") in finding
+    plain = compare_runs(learned, tmp_path / "plain")["markdown"].read_text()
+    assert "Measured with" not in plain and "Evaluated with" not in plain
 
 
 def test_training_time_curves_come_from_metrics_jsonl(run_dirs):

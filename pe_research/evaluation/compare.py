@@ -32,7 +32,7 @@ from pe_research.evaluation.group_summary import (
 )
 from pe_research.evaluation.metrics import HEADLINE, METRICS, Metric, get_metric
 from pe_research.evaluation.plots import plot_comparison
-from pe_research.evaluation.results import read_results
+from pe_research.evaluation.results import eval_settings, read_results
 from pe_research.runs.run_dir import DEFAULT_EVAL_NAME, RunDir
 from pe_research.runs.tracking import read_metrics
 
@@ -49,6 +49,7 @@ class RunCurve:
     lengths: np.ndarray
     values: np.ndarray
     source: str
+    settings: tuple[str, ...] = ()  # test-time overrides the curve was measured with
 
     @property
     def train_lengths(self) -> tuple[int, int]:
@@ -132,10 +133,12 @@ def load_curve(run_dir: str | Path, metric: str = HEADLINE,
     config = paths.read_config()
     group = group_label(config, group_by)
     path = paths.eval_results(eval_name)
-    rows = read_results(path)["rows"] if path.is_file() else []
+    results = read_results(path) if path.is_file() else {"rows": []}
+    rows = results["rows"]
     if rows and metric in rows[0]:
         return RunCurve(run_dir, config, group, np.asarray([r["length"] for r in rows]),
-                        np.asarray([r[metric] for r in rows], float), f"eval/{path.name}")
+                        np.asarray([r[metric] for r in rows], float), f"eval/{path.name}",
+                        eval_settings(results.get("overrides", ())))
     if not definition.decoded and paths.metrics.is_file():
         for record in reversed(read_metrics(run_dir)):
             points = sorted((int(m[1]), float(v)) for k, v in record.items()
@@ -150,6 +153,13 @@ def load_curve(run_dir: str | Path, metric: str = HEADLINE,
                       f"{run_dir} has no such curve: run `pe-research eval {run_dir} --name "
                       f"{eval_name}{oracle}`, or use a metric that training logs per length "
                       f"{during}")
+
+
+def curve_settings(curves: Sequence[RunCurve]) -> str:
+    """The test-time settings of the curves, as one phrase ('' when none has any)."""
+    kinds = {curve.settings for curve in curves}
+    named = ", ".join(sorted({s for settings in kinds for s in settings}))
+    return named + (" (not on every run)" if named and len(kinds) > 1 else "")
 
 
 def default_metric(run_dirs: Sequence[str | Path]) -> str:
@@ -234,10 +244,11 @@ def comparison_finding(groups: Mapping[str, Mapping[str, Any]],
                        summaries: Mapping[str, Mapping[str, Any]], metric: Metric, *,
                        group_by: str = "", mixed: bool = False,
                        fit: tuple[Metric, Mapping[str, Mapping[str, Any]]] | None = None,
-                       ) -> str | None:
+                       setting: str = "") -> str | None:
     """The sentence of what the curves show (``finding.describe_comparison``), for accuracy
     metrics over runs of one task and training range; None otherwise. ``fit``: the exact-match
-    metric and summaries that judge whether each group learned the training lengths."""
+    metric and summaries that judge whether each group learned the training lengths;
+    ``setting``: the test-time settings of the curves (``curve_settings``)."""
     if mixed or metric.unit != "%" or not metric.higher_is_better or not groups:
         return None
     first = next(iter(groups.values()))["members"][0]
@@ -245,20 +256,26 @@ def comparison_finding(groups: Mapping[str, Mapping[str, Any]],
                                what=metric.label.lower(),
                                noun="schemes" if group_by == "model.pe.type" else "groups",
                                fit=fit[1] if fit else None,
-                               fit_what=fit[0].label.lower() if fit else None)
+                               fit_what=fit[0].label.lower() if fit else None,
+                               setting=setting)
 
 
-def training_fit(run_dirs: Sequence[str | Path], metric: str, **options: Any,
-                 ) -> tuple[Metric, dict[str, dict[str, Any]]] | None:
+def training_fit(run_dirs: Sequence[str | Path], metric: str, *, as_trained: bool = False,
+                 **options: Any) -> tuple[Metric, dict[str, dict[str, Any]]] | None:
     """The exact-match metric (``default_metric``) and its group summaries, to judge the
-    training fit when ``metric`` is another one; None when it is the same or not evaluated."""
+    training fit when ``metric`` is another one; None when it is the same or not evaluated.
+    ``as_trained``: judge it on the default evaluation (no test-time settings) even for the
+    same metric, because the compared curves were measured with such settings."""
     judge = default_metric(run_dirs)
-    if judge == metric:
+    if as_trained:
+        options = {**options, "eval_name": DEFAULT_EVAL_NAME}
+    elif judge == metric:
         return None
     try:
-        return get_metric(judge), comparison(run_dirs, metric=judge, **options)[2]
+        curves, _, summaries = comparison(run_dirs, metric=judge, **options)
     except ConfigError:  # runs evaluated before that metric existed: judge by ``metric``
         return None
+    return None if as_trained and curve_settings(curves) else (get_metric(judge), summaries)
 
 
 def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
@@ -296,26 +313,33 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
     architecture = first.config["model"].get("architecture", "encoder_decoder")
     model = "" if architecture == "encoder_decoder" else f" ({architecture.replace('_', '-')})"
     legend = legend_names(curves, group_by)
+    setting = curve_settings(curves)
+    measured = f"\nevaluated with {setting}" if setting else ""
     plot_comparison({legend[name]: group for name, group in groups.items()},
                     [c.train_lengths for c in curves], metric,
-                    f"{title[0]}{model}, {title[1]}, by {group_by}",
+                    f"{title[0]}{model}, {title[1]}, by {group_by}{measured}",
                     paths["png"], show)
     sources = sorted({c.source for c in curves})
     notes = [f"# Length extrapolation: {title[0]}{model}, {title[1]}", "",
-             f"Metric: {metric}, {definition.axis_label} (from {', '.join(sources)}). Runs "
+             f"Metric: {metric}, {definition.axis_label} (from {', '.join(sources)}). "
+             + (f"Evaluated with {setting}, test-time settings the runs were not trained "
+                "with. " if setting else "")
+             + "Runs "
              f"grouped by `{group_by}`. "
              f"Aggregates over seeds: {shown}. In-dist: mean over evaluated lengths {inside}; "
              f"OOD: mean over evaluated lengths {beyond}; longest n: the longest length up to "
              f"which every evaluated length scores ≥ {100 * threshold:g}% on the group's mean "
              f"(or {best}) curve.", "",
              markdown_table(summaries, group_by, threshold, definition), ""]
-    fit = None if mixed else training_fit(run_dirs, metric, group_by=group_by,
-                                          eval_name=eval_name, threshold=threshold)
+    fit = None if mixed else training_fit(run_dirs, metric, as_trained=bool(setting),
+                                          group_by=group_by, eval_name=eval_name,
+                                          threshold=threshold)
     if fit:
         fit = fit[0], {legend[name]: s for name, s in fit[1].items()}
     if finding := comparison_finding({legend[name]: g for name, g in groups.items()},
                                      {legend[name]: s for name, s in summaries.items()},
-                                     definition, group_by=group_by, mixed=mixed, fit=fit):
+                                     definition, group_by=group_by, mixed=mixed, fit=fit,
+                                     setting=setting):
         notes += [f"What the curves show: {finding}", ""]
     notes += [f"Figure: {paths['png'].name}", "", "Runs:"]
     notes += [f"- {name}: " + ", ".join(str(m.run_dir) for m in group["members"])

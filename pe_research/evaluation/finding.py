@@ -9,7 +9,9 @@ widest gap between neighbours: the curves part ways when that gap is at least
 ``part_ways`` and wider than the seed spread (std over seeds) of the two groups beside it. The
 length named in the sentence is the evaluated length beyond training where the two sides' mean
 curves are furthest apart. A seed below ``learned`` at one training length (its mean still
-reaching it) is named last.
+reaching it) is named last. Curves measured with test-time settings the runs were not trained
+with (``setting``) are said to be so; the training fit is then judged as trained (``fit``), and
+the groups whose training lengths fall short under the settings are named.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def describe_comparison(groups: Mapping[str, Mapping[str, Any]],
                         train_lengths: tuple[int, int], *, learned: float = LEARNED,
                         part_ways: float = PART_WAYS, what: str = "exact match",
                         noun: str = "groups", fit: Mapping[str, Mapping[str, Any]] | None = None,
-                        fit_what: str | None = None) -> str:
+                        fit_what: str | None = None, setting: str = "") -> str:
     """The sentence for accuracy curves (fractions, higher is better).
 
     ``groups`` and ``summaries`` are ``compare.aggregate`` and ``group_summary.summarize_group``
@@ -46,7 +48,27 @@ def describe_comparison(groups: Mapping[str, Mapping[str, Any]],
     ``in_dist_mean``, ``ood_mean``, ``ood_std`` (NaN for one seed) and ``runs``, and where known
     ``in_dist_worst`` (the weakest seed's mean) and ``in_dist_weakest`` (value, seed, length).
     ``fit`` (summaries of the same groups in ``fit_what``) judges the training fit instead.
+    ``setting``: the test-time settings the curves were measured with ('' for none).
     """
+    sentence = _sentence(groups, summaries, train_lengths, learned, part_ways, what, noun, fit,
+                         fit_what)
+    if not setting:
+        return sentence
+    low, high = train_lengths
+    short = [name for name in summaries if not summaries[name]["in_dist_mean"] >= learned]
+    under = (f" With these settings the training lengths {low}-{high} themselves fall below "
+             f"{100 * learned:.0f}% {what} for {_names(short)} "
+             f"({_percents([summaries[n]['in_dist_mean'] for n in short])} on average)."
+             if short else "")
+    return (f"Measured with {setting}, which the runs were not trained with (whether they "
+            f"learned the training lengths is judged as trained). {sentence}{under}")
+
+
+def _sentence(groups: Mapping[str, Mapping[str, Any]],
+              summaries: Mapping[str, Mapping[str, Any]], train_lengths: tuple[int, int],
+              learned: float, part_ways: float, what: str, noun: str,
+              fit: Mapping[str, Mapping[str, Any]] | None, fit_what: str | None) -> str:
+    """``describe_comparison`` without the test-time settings."""
     fit, fit_what = (fit, fit_what or what) if fit is not None else (summaries, what)
     low, high = train_lengths
     names = list(summaries)

@@ -133,6 +133,22 @@ def evaluate_and_write(run_dir: str | Path, *, checkpoint: str | int | None = No
     return run, result, paths
 
 
+# Eval overrides that change how a run is scored, not what it is tested on.
+BOOKKEEPING_KEYS = ("eval", "wandb", "data.buckets", "data.eval_samples", "data.eval_cache_dir")
+
+
+def eval_settings(overrides: Sequence[str]) -> tuple[str, ...]:
+    """The ``KEY=VALUE`` overrides of an evaluation that change what is tested (RoPE scaling,
+    a task's test-time key ...), without the bookkeeping ones (batch size, buckets, W&B)."""
+    settings = []
+    for text in overrides:
+        setting = text.removeprefix("--config.")
+        key = setting.split("=", 1)[0]
+        if not any(key == k or key.startswith(k + ".") for k in BOOKKEEPING_KEYS):
+            settings.append(setting)
+    return tuple(settings)
+
+
 def _without_buckets(overrides: Sequence[str]) -> set[str]:
     """Overrides that change results (bucket widths only pad, and padding is masked)."""
     return {o for o in overrides if not o.startswith("data.buckets=")}
