@@ -44,7 +44,10 @@ SOURCE_KEYS, TARGET_KEYS = ("source", "source_mask"), ("target_input", "target_o
 
 
 def bucket_length(n: int, buckets: Sequence[int]) -> int:
-    """Smallest bucket >= ``n``; ConfigError naming ``data.buckets`` if none is that long."""
+    """Smallest bucket >= ``n`` (0 for a task without a source); ConfigError naming
+    ``data.buckets`` if none is that long."""
+    if n == 0:
+        return 0
     for bucket in sorted(int(b) for b in buckets):
         if bucket >= n:
             return bucket
@@ -152,7 +155,7 @@ def train_target_width(task: Task, train_lengths: tuple[int, int], buckets: tupl
     natural = {}
     for n in range(low, high + 1):
         source, target = task.train_widest([n])
-        if source:  # a dataset task may hold no example of this length
+        if source or target:  # a dataset task may hold no example of this length
             natural[n] = (bucket_length(source, buckets), bucket_length(target + 1, buckets))
     return max((t for s, t in natural.values() if s <= source_width), default=0)
 
@@ -164,7 +167,7 @@ def train_shapes(task: Task, data_cfg: Mapping[str, Any]) -> set[tuple[int, int]
     shapes = set()
     for n in range(low, high + 1):
         source, target = task.train_widest([n])
-        if source:
+        if source or target:
             source_width = bucket_length(source, buckets)
             shapes.add((source_width,
                         max(bucket_length(target + 1, buckets),
@@ -221,9 +224,11 @@ def one_shape_per_source_bucket(
         widths: Mapping[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
     """Each entry's ``(source, target)`` bucket widths, the target widened to the widest target
     of any entry whose source is no wider: then the source bucket alone fixes the shape, and a
-    range of lengths compiles at most once per bucket instead of once per bucket pair."""
-    return {key: (source, max(t for s, t in widths.values() if s <= source))
-            for key, (source, _) in widths.items()}
+    range of lengths compiles at most once per bucket instead of once per bucket pair. Entries
+    without a source (language modelling) keep their own target bucket, which alone fixes it."""
+    return {key: (source, target if source == 0 else
+                  max(t for s, t in widths.values() if 0 < s <= source))
+            for key, (source, target) in widths.items()}
 
 
 _COLUMNS: dict[str, tuple[np.ndarray, Ragged, Ragged]] = {}

@@ -24,7 +24,7 @@ def reverse():
 
 def test_bucket_length():
     assert [data.bucket_length(n, BUCKETS) for n in (0, 1, 8, 9, 64, 65, 128)] == [
-        8, 8, 8, 16, 64, 128, 128]
+        0, 8, 8, 16, 64, 128, 128]  # no source (language modelling): no slots
     assert data.bucket_length(5, (32, 8)) == 8
     with pytest.raises(ConfigError, match=r"data.buckets=.*add one >= 129 \(e.g. 256\)"):
         data.bucket_length(129, BUCKETS)

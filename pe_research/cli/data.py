@@ -3,6 +3,7 @@
     pe-research data tasks
     pe-research data show reverse_string --length 8 --count 4
     pe-research data scan --to data/scan
+    pe-research data stdlib --to data/python_stdlib.txt
     pe-research data eval-set --config configs/default.py --lengths 20 40 80 --out eval_data
 """
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from pe_research.errors import ConfigError
 from pe_research.tasks import TASKS, default_task_config, get_task
+from pe_research.tasks.corpora import write_stdlib_corpus
 from pe_research.tasks.dataset_task import DatasetTask
 from pe_research.tasks.scan import SCAN_BASE_URL, SCAN_FILES, download_scan
 
@@ -38,6 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       default=sorted(SCAN_FILES), help="splits to fetch (default: all)")
     scan.add_argument("--url", default=SCAN_BASE_URL, help="base URL of the SCAN repository")
 
+    stdlib = sub.add_parser("stdlib", help="write the Python standard library's source as one "
+                                           "text file (a corpus for task language_model)")
+    stdlib.add_argument("--to", required=True, metavar="FILE", help="the text file to write")
+
     freeze = sub.add_parser("eval-set", help="generate and freeze a config's evaluation set")
     freeze.add_argument("--config", required=True, metavar="FILE")
     freeze.add_argument("--lengths", type=int, nargs="+",
@@ -46,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return {"tasks": _tasks, "show": _show, "scan": _scan,
+    return {"tasks": _tasks, "show": _show, "scan": _scan, "stdlib": _stdlib,
             "eval-set": _eval_set}[args.data_command](args)
 
 
@@ -77,7 +83,7 @@ def _show(args: argparse.Namespace) -> int:
     if args.scan_dir:
         data_cfg = {**data_cfg, "scan_dir": args.scan_dir}
     task = get_task(task_cfg, data_cfg)
-    if isinstance(task, DatasetTask):  # show rows of that length from its eval split
+    if task.family == "text":  # show rows (windows) of that length from its eval split
         examples = task.eval_examples([args.length], args.count, args.seed)
     else:
         task.check_lengths([args.length], "--length")
@@ -101,6 +107,13 @@ def _scan(args: argparse.Namespace) -> int:
     for path in written:
         print(f"wrote {path} ({path.stat().st_size:,} bytes)")
     print(f"use it with --config.data.scan_dir={target}")
+    return 0
+
+
+def _stdlib(args: argparse.Namespace) -> int:
+    path, characters, version = write_stdlib_corpus(args.to)
+    print(f"wrote {path} ({characters:,} characters of the Python {version} standard library)")
+    print(f"use it with --config.task.path={path}")
     return 0
 
 

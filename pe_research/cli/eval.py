@@ -59,16 +59,18 @@ def format_table(result: EvalResult) -> str:
     ``compare --metric`` takes), fractions as %."""
     names = [name for name in METRICS if result.rows and name in result.rows[0].values]
     headers = {name: name + (" %" if METRICS[name].unit == "%" else "") for name in names}
+    decoded = HEADLINE in names  # a task scored by teacher forcing alone decodes nothing
     interval = f"{HEADLINE} 95% interval"
     lines = ["  ".join([f"{'length':>6}", f"{'samples':>7}"]
                        + [f"{headers[n]:>{max(len(headers[n]), 7)}}" for n in names]
-                       + [f"{interval:>{len(interval)}}"])]
+                       + ([f"{interval:>{len(interval)}}"] if decoded else []))]
     for row in result.rows:
         cells = [f"{row.length:>6}", f"{row.samples:>7}"]
         cells += [f"{METRICS[n].display(row.values[n]):>{max(len(headers[n]), 7)}}"
                   for n in names]
-        low, high = row.values[f"{HEADLINE}_low"], row.values[f"{HEADLINE}_high"]
-        cells.append(f"{f'[{100 * low:5.1f}, {100 * high:5.1f}]':>{len(interval)}}")
+        if decoded:
+            low, high = row.values[f"{HEADLINE}_low"], row.values[f"{HEADLINE}_high"]
+            cells.append(f"{f'[{100 * low:5.1f}, {100 * high:5.1f}]':>{len(interval)}}")
         lines.append("  ".join(cells))
     return "\n".join(lines)
 

@@ -58,6 +58,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     _check_eval(config.eval)
     _check_wandb(config.wandb)
     task = _check_task(config)
+    if not task.decodes:
+        _check_teacher_forced(config, task)
     _check_model(config, task.vocabulary.size)
     _check_lengths(config, task)
 
@@ -137,6 +139,16 @@ def _check_task(config: ml_collections.ConfigDict) -> Task:
     for key, default in defaults.items():
         _check_type(f"task.{key}", config.task[key], default)
     return get_task(config.task.to_dict(), config.data.to_dict())
+
+
+def _check_teacher_forced(config: ml_collections.ConfigDict, task: Task) -> None:
+    """A language-modelling task: one causal stack, and no end of text to learn."""
+    if config.model.architecture != "decoder_only":
+        raise ConfigError("model.architecture", config.model.architecture,
+                          f"task {task.name!r} has no source to encode: use 'decoder_only'")
+    if config.train.predict_eos:
+        raise ConfigError("train.predict_eos", True, f"task {task.name!r} has no end of text to "
+                          "predict (it would learn the training length): set it to False")
 
 
 def _check_model(config: ml_collections.ConfigDict, vocab_size: int) -> None:

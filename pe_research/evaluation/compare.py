@@ -30,7 +30,7 @@ from pe_research.evaluation.group_summary import (
     summarize_group,
     summary_columns,
 )
-from pe_research.evaluation.metrics import HEADLINE, METRICS, Metric, get_metric
+from pe_research.evaluation.metrics import HEADLINE, METRICS, Metric, get_metric, headline_for
 from pe_research.evaluation.plots import plot_comparison
 from pe_research.evaluation.results import eval_settings, read_results
 from pe_research.runs.run_dir import DEFAULT_EVAL_NAME, RunDir
@@ -163,9 +163,13 @@ def curve_settings(curves: Sequence[RunCurve]) -> str:
 
 
 def default_metric(run_dirs: Sequence[str | Path]) -> str:
-    """Exact match as decoded; at the oracle length when every run was trained without the end
-    token (``train.predict_eos`` False), whose free decodes never stop."""
+    """The tasks' headline (exact match as decoded; perplexity for language modelling); exact
+    match at the oracle length when every run was trained without the end token
+    (``train.predict_eos`` False) on a task that decodes, whose free decodes never stop."""
     configs = [RunDir(d).read_config() for d in run_dirs if RunDir(d).is_run()]
+    headlines = {headline_for(c["task"]["name"]) for c in configs}
+    if len(headlines) == 1 and headlines != {HEADLINE}:
+        return headlines.pop()
     if configs and not any(c["train"].get("predict_eos", True) for c in configs):
         return "oracle_exact_match"
     return HEADLINE

@@ -22,6 +22,7 @@ import optax
 
 from pe_research.errors import ConfigError
 from pe_research.special_tokens import EOS_ID
+from pe_research.tasks.registry import TASKS
 
 Z_95 = 1.959963984540054  # two-sided 95% normal quantile
 HEADLINE = "exact_match"
@@ -90,10 +91,13 @@ class Metric:
     decoded: bool = False  # needs greedy decoding: range evaluation only
     oracle: bool = False  # needs decoding at the true length: only with eval.oracle_length
     interval: bool = False  # a fraction of sequences: report its 95% Wilson interval
+    transform: Callable[[float], float] | None = None  # applied to the ratio (perplexity: exp)
+    log_axis: bool = False  # drawn on a log scale (values that span orders of magnitude)
 
     def value(self, sums: Mapping[str, float]) -> float:
-        """Over examples: the summed numerator over the summed count."""
-        return float(sums[self.name]) / max(float(sums[self.count]), 1.0)
+        """Over examples: the summed numerator over the summed count (then ``transform``)."""
+        ratio = float(sums[self.name]) / max(float(sums[self.count]), 1.0)
+        return self.transform(ratio) if self.transform else ratio
 
     def over_lengths(self, values: Sequence[float]) -> float:
         """Over the lengths of a range (in distribution, beyond it): the mean; NaN if empty."""
@@ -110,7 +114,7 @@ class Metric:
 
     @property
     def axis_label(self) -> str:
-        return f"{self.label} ({self.unit})"
+        return f"{self.label} ({self.unit})" if self.unit else self.label
 
     def display(self, value: float | None) -> str:
         """A value as a table shows it: percentages for fractions."""
@@ -173,6 +177,11 @@ def _loss_sum(o: Outputs) -> jax.Array:
     return jnp.sum(jnp.where(o.mask, losses, 0.0), axis=-1)
 
 
+def _exp(nats: float) -> float:
+    """``e ** nats``; infinity where a float overflows (a model that has diverged)."""
+    return math.exp(nats) if nats < 709.0 else math.inf
+
+
 def _forced(o: Outputs) -> jax.Array:
     return jnp.argmax(o.logits, axis=-1)
 
@@ -213,6 +222,15 @@ register(Metric("sequence_accuracy", lambda o: o.sequence_hits(_forced(o)), "seq
                 "teacher-forced sequence accuracy", "%"))
 register(Metric("loss", _loss_sum, "tokens", "teacher-forced cross-entropy", "nats/token",
                 higher_is_better=False))
+# Language modelling's score (Press et al. 2022, "Train Short, Test Long", sec. 4): e to the
+# mean cross-entropy of a length's tokens; averaged over lengths like every metric.
+register(Metric("perplexity", _loss_sum, "tokens", "teacher-forced perplexity", "",
+                higher_is_better=False, transform=_exp, log_axis=True))
+
+
+def headline_for(task_name: str) -> str:
+    """The metric that curves and tables of ``task_name`` show first (the task's ``metric``)."""
+    return TASKS[task_name].metric if task_name in TASKS else HEADLINE
 
 
 def example_sums(outputs: Outputs, metrics: Sequence[Metric]) -> dict[str, jax.Array]:

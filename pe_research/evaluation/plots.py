@@ -26,6 +26,10 @@ def _scale(metric: str) -> float:
     return 100.0 if metric not in METRICS or METRICS[metric].unit == "%" else 1.0
 
 
+def _log_axis(metric: str) -> bool:
+    return metric in METRICS and METRICS[metric].log_axis
+
+
 def _axis_label(metric: str) -> str:
     return METRICS[metric].axis_label if metric in METRICS else f"{metric_label(metric)} (%)"
 
@@ -38,7 +42,7 @@ def mark_training_range(axes: plt.Axes, train_lengths: Sequence[int]) -> None:
 def mark_training_ranges(axes: plt.Axes, ranges: Sequence[Sequence[int]]) -> None:
     """Shade the lengths any of ``ranges`` trained on, with a line at each one's longest."""
     ranges = sorted({(int(low), int(high)) for low, high in ranges})
-    names = ", ".join(f"{low}-{high}" for low, high in ranges)
+    names = ", ".join(f"{low}-{high}" if low != high else f"{low}" for low, high in ranges)
     axes.axvspan(min(low for low, _ in ranges) - 0.5, max(high for _, high in ranges) + 0.5,
                  color="0.9", zorder=0, label=f"training lengths {names}")
     for high in sorted({high for _, high in ranges}):
@@ -62,11 +66,13 @@ def group_styles(count: int) -> list[dict[str, str]]:
 
 
 def _finish(figure: plt.Figure, axes: plt.Axes, title: str, ylabel: str, path: Path,
-            percent: bool = True) -> Path:
+            percent: bool = True, log: bool = False) -> Path:
     axes.set_xlabel("task length n (tokens)")
     axes.set_ylabel(textwrap.fill(ylabel, int(9 * figure.get_size_inches()[1])))
     if percent:
         axes.set_ylim(-2, 102)
+    if log:
+        axes.set_yscale("log")
     width, height = figure.get_size_inches()
     entries = len(axes.get_legend_handles_labels()[1])
     if entries > LEGEND_INSIDE:  # a long legend would hide the curves: put it beside them
@@ -88,18 +94,23 @@ def _finish(figure: plt.Figure, axes: plt.Axes, title: str, ylabel: str, path: P
 def plot_eval_curve(lengths: Sequence[int], curves: dict[str, Sequence[float]],
                     interval: tuple[Sequence[float], Sequence[float]] | None,
                     train_lengths: Sequence[int], title: str, path: str | Path) -> Path:
-    """One run: each metric (fraction) against length; ``interval`` bands the first metric."""
+    """One run: each metric against length (fractions as %, or one metric in its own unit, such
+    as perplexity); ``interval`` bands the first metric."""
     figure, axes = plt.subplots(figsize=(7, 4))
     mark_training_range(axes, train_lengths)
     x = np.asarray(lengths)
+    first = next(iter(curves))
+    scale = _scale(first)
     for index, (metric, values) in enumerate(curves.items()):
-        line, = axes.plot(x, 100 * np.asarray(values), marker="o", markersize=3,
+        line, = axes.plot(x, scale * np.asarray(values), marker="o", markersize=3,
                           linewidth=2 if index == 0 else 1, label=metric_label(metric))
         if index == 0 and interval is not None:
-            axes.fill_between(x, 100 * np.asarray(interval[0]), 100 * np.asarray(interval[1]),
+            axes.fill_between(x, scale * np.asarray(interval[0]), scale * np.asarray(interval[1]),
                               color=line.get_color(), alpha=0.2,
                               label=f"{metric_label(metric)}: 95% Wilson interval")
-    return _finish(figure, axes, title, "accuracy (%)", Path(path))
+    ylabel = "accuracy (%)" if scale == 100.0 else _axis_label(first)
+    return _finish(figure, axes, title, ylabel, Path(path), percent=scale == 100.0,
+                   log=_log_axis(first))
 
 
 def plot_comparison(groups: dict[str, dict[str, np.ndarray]],
@@ -122,7 +133,7 @@ def plot_comparison(groups: dict[str, dict[str, np.ndarray]],
             axes.plot(group["lengths"], scale * group["mean"], linewidth=2,
                       **({"marker": "."} | style), label=f"{name} (1 seed)")
         return _finish(figure, axes, f"{title}\none seed per group", _axis_label(metric),
-                       Path(path), percent=scale == 100.0)
+                       Path(path), percent=scale == 100.0, log=_log_axis(metric))
     for style, (name, group) in zip(styles, groups.items(), strict=True):
         x, runs = group["lengths"], int(group["runs"])
         seeds = f"{runs} seed{'s' if runs != 1 else ''}"
@@ -140,4 +151,4 @@ def plot_comparison(groups: dict[str, dict[str, np.ndarray]],
     shown = {"both": f"mean ± std (solid, band) and {best} over seeds (dashed)",
              "mean": "mean ± std over seeds", "max": f"{best} over seeds"}[show]
     return _finish(figure, axes, f"{title}\n{shown}", _axis_label(metric), Path(path),
-                   percent=scale == 100.0)
+                   percent=scale == 100.0, log=_log_axis(metric))

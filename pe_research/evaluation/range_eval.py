@@ -32,6 +32,7 @@ from pe_research.evaluation.metrics import (
     example_sums,
     range_metrics,
     summarize,
+    training_metrics,
 )
 from pe_research.mesh import DATA_AXIS, check_batch_fits, replicated, to_host
 from pe_research.model.decoding import greedy_decode
@@ -40,7 +41,8 @@ from pe_research.positional.registry import scheme_class
 from pe_research.runs.restore import LoadedRun
 from pe_research.runs.run_dir import RunDir
 from pe_research.special_tokens import EOS_ID
-from pe_research.training.steps import batch_positions, eval_position_key
+from pe_research.tasks.registry import task_class
+from pe_research.training.steps import batch_positions, eval_position_key, scored_mask
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,10 +95,12 @@ def summarize_length(length: int, totals: Mapping[str, float]) -> LengthResult:
 
 
 def example_statistics(model: Any, batch: Mapping[str, jax.Array], position_key: jax.Array,
-                       oracle_length: bool = False,
-                       first_row: jax.Array | int = 0) -> dict[str, jax.Array]:
+                       oracle_length: bool = False, first_row: jax.Array | int = 0,
+                       decode: bool = True) -> dict[str, jax.Array]:
     """Per-example ``[B]`` numerators and counts of every metric; traced once per shape.
-    ``oracle_length`` decodes a second time, at the true length (``oracle_exact_match``).
+    ``oracle_length`` decodes a second time, at the true length (``oracle_exact_match``);
+    without ``decode`` (a task scored by teacher forcing, such as language modelling) only the
+    teacher-forced metrics are computed, over the tokens the model was trained to predict.
     Randomized positions drawn per example come from the example's index in its length's set
     (``first_row`` is the batch's first), so splitting a batch changes no draw."""
     pe = model.config.pe
@@ -105,6 +109,9 @@ def example_statistics(model: Any, batch: Mapping[str, jax.Array], position_key:
                                                          architecture=model.config.architecture)
     logits = model(batch["source"], batch["target_input"], source_positions, target_positions,
                    batch["source_mask"], batch["target_mask"])
+    if not decode:  # such tasks have no end token (train.predict_eos False): never scored
+        outputs = Outputs(logits, batch["target_output"], scored_mask(batch, predict_eos=False))
+        return example_sums(outputs, training_metrics())
     decoded = greedy_decode(model, batch["source"], source_positions, batch["source_mask"],
                             target_positions, target_mask_BxT=batch["target_mask"], eos_id=EOS_ID)
     oracle_decoded = None
@@ -123,6 +130,11 @@ def decodes_at_oracle_length(config: ml_collections.ConfigDict) -> bool:
     """Whether range evaluation also decodes at the true length: when ``eval.oracle_length``
     asks, and always for a run trained without the end token, which never learned to stop."""
     return bool(config.eval.oracle_length) or not config.train.get("predict_eos", True)
+
+
+def task_decodes(config: ml_collections.ConfigDict) -> bool:
+    """Whether range evaluation decodes: not for tasks scored by teacher forcing alone."""
+    return task_class(config.task.name).decodes
 
 
 
@@ -159,11 +171,11 @@ class RangeEvaluator:
         self.compiled_shapes: list[tuple[int, int, int]] = []
         self.batch_rows: dict[tuple[int, int], int] = {}  # (source, target) widths -> rows
         position_key = eval_position_key(config.seed)
-        oracle_length = decodes_at_oracle_length(config)
+        oracle_length, decode = decodes_at_oracle_length(config), task_decodes(config)
 
         def statistics(params, batch, first_row=0):
             return example_statistics(nnx.merge(graphdef, params, rest), batch, position_key,
-                                      oracle_length, first_row)
+                                      oracle_length, first_row, decode)
 
         def traced_statistics(params, batch, first_row):
             shape = (*batch["source"].shape, batch["target_input"].shape[1])
@@ -290,12 +302,12 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
              for dataset in datasets]
     compiled_shapes: list[tuple[int, int, int]] = []
     graphdef, rest = runs[0].graphdef, runs[0].rest
-    oracle_length = decodes_at_oracle_length(first)
+    oracle_length, decode = decodes_at_oracle_length(first), task_decodes(first)
 
     def statistics(params, batch, position_key, first_row):
         compiled_shapes.append((*batch["source"].shape[1:], batch["target_input"].shape[2]))
         return jax.vmap(lambda p, b, k: example_statistics(
-            nnx.merge(graphdef, p, rest), b, k, oracle_length, first_row))(
+            nnx.merge(graphdef, p, rest), b, k, oracle_length, first_row, decode))(
             params, batch, position_key)
 
     stacked_statistics = jax.jit(statistics)

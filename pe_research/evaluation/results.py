@@ -18,7 +18,7 @@ import numpy as np
 
 from pe_research.atomic_files import atomic_open, atomic_write_text
 from pe_research.config import to_dict
-from pe_research.evaluation.metrics import HEADLINE, METRICS
+from pe_research.evaluation.metrics import METRICS, headline_for
 from pe_research.evaluation.plots import plot_eval_curve
 from pe_research.evaluation.range_eval import EvalResult, evaluate_run, row_fields
 from pe_research.runs.restore import LoadedRun, load_run
@@ -46,7 +46,7 @@ def results_record(run: LoadedRun, result: EvalResult, name: str,
         "seed": config["seed"],
         "devices": run.mesh.size,
         "backend": jax.default_backend(),
-        "headline": HEADLINE,
+        "headline": headline_for(config["task"]["name"]),
         "compilations": result.compilations,
         "compiled_shapes": [list(shape) for shape in result.compiled_shapes],
         "seconds": result.seconds,
@@ -71,11 +71,16 @@ def write_results(run: LoadedRun, result: EvalResult, name: str = DEFAULT_EVAL_N
         writer.writerows(record["rows"])
     rows = record["rows"]
     lengths = [row["length"] for row in rows]
-    plotted = [HEADLINE] + [name for name, metric in METRICS.items()  # every '%' accuracy
-                            if metric.unit == "%" and metric.higher_is_better
-                            and name != HEADLINE and name in rows[0]]
+    headline = record["headline"]
+    plotted = [headline]
+    if METRICS[headline].unit == "%":  # with every other '%' accuracy on one axis
+        plotted += [name for name, metric in METRICS.items() if metric.unit == "%"
+                    and metric.higher_is_better and name != headline and name in rows[0]]
     curves = {metric: [row[metric] for row in rows] for metric in plotted}
-    interval = ([row[f"{HEADLINE}_low"] for row in rows], [row[f"{HEADLINE}_high"] for row in rows])
+    interval = None
+    if METRICS[headline].interval:
+        interval = ([row[f"{headline}_low"] for row in rows],
+                    [row[f"{headline}_high"] for row in rows])
     scaling = record["pe"].get("scaling", {}).get("type", "none")
     title = (f"{record['task']['name']}, pe={record['pe']['type']}"
              f"{'' if scaling == 'none' else f' (scaling {scaling})'}, step {run.step}, "
@@ -91,7 +96,8 @@ def read_results(path: str | Path) -> dict[str, Any]:
 
 def log_to_wandb(run: LoadedRun, result: EvalResult, name: str,
                  wandb_cfg: Mapping[str, Any]) -> str | None:
-    """The rows as a W&B table plus a line plot of exact match, in the run's W&B run (resumed).
+    """The rows as a W&B table plus a line plot of the task's headline metric, in the run's W&B
+    run (resumed).
 
     Returns the local W&B run directory, or None when W&B is disabled or unavailable.
     """
@@ -106,10 +112,11 @@ def log_to_wandb(run: LoadedRun, result: EvalResult, name: str,
         columns = row_fields(result.rows)
         table = wandb.Table(columns=columns,
                             data=[[row.as_dict()[c] for c in columns] for row in result.rows])
-        label = METRICS[HEADLINE].label
-        plot = wandb.plot.line(table, "length", HEADLINE,
-                               title=f"{name}: {label} vs length (step {run.step})")
-        writer.run.log({f"eval_{name}/table": table, f"eval_{name}/{HEADLINE}": plot})
+        headline = headline_for(run.config.task.name)
+        plot = wandb.plot.line(table, "length", headline,
+                               title=f"{name}: {METRICS[headline].label} vs length (step "
+                                     f"{run.step})")
+        writer.run.log({f"eval_{name}/table": table, f"eval_{name}/{headline}": plot})
     except Exception as error:  # noqa: BLE001 - a W&B failure must not lose the results
         warnings.warn(f"W&B table not logged ({type(error).__name__}: {error}); the results "
                       f"are in {results_path(run.run_dir, name)}", stacklevel=2)

@@ -80,10 +80,13 @@ class Task(abc.ABC):
 
     name: ClassVar[str] = ""
     family: ClassVar[str] = ""  # 'regular', 'dcf', 'cs', 'extra' or 'text'
-    metric: ClassVar[str] = "sequence_accuracy"  # decoded exact match is the headline
+    metric: ClassVar[str] = "exact_match"  # the headline: what curves and tables show first
     # Keys of the task's config that change only what is tested, never the vocabulary or what
     # a trained model means: `pe-research eval` may set them on a saved run.
     test_time_keys: ClassVar[tuple[str, ...]] = ()
+    # False for tasks scored by teacher forcing alone (language modelling): range evaluation
+    # then decodes nothing, and the task's ``metric`` is its headline.
+    decodes: ClassVar[bool] = True
 
     vocabulary: Vocabulary
     min_length: int = 1

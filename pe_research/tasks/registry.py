@@ -12,6 +12,7 @@ from pe_research.tasks.brackets import ModularArithmeticBrackets, SolveEquation
 from pe_research.tasks.cs import BucketSort, DuplicateString, MissingDuplicateString, OddsFirst
 from pe_research.tasks.dcf import ReverseString, StackManipulation
 from pe_research.tasks.decimal_addition import DecimalAddition
+from pe_research.tasks.language_model import LanguageModel
 from pe_research.tasks.regular import CycleNavigation, EvenPairs, ModularArithmetic, ParityCheck
 from pe_research.tasks.scan import ScanTask
 from pe_research.tasks.sequences import Copy, SelectiveCopy, Sort
@@ -45,6 +46,7 @@ TASKS: dict[str, type[Task]] = {
     # text
     "scan": ScanTask,
     "text": TextSeq2SeqTask,
+    "language_model": LanguageModel,
 }
 
 BENCHMARK_TASKS = tuple(name for name, cls in TASKS.items()
