@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pe_research.evaluation.compare import RunCurve, aggregate, comparison_finding
-from pe_research.evaluation.finding import describe_comparison
+from pe_research.evaluation.compare import RunCurve, aggregate
+from pe_research.evaluation.finding import comparison_finding, describe_comparison
 from pe_research.evaluation.group_summary import summarize_group
 from pe_research.evaluation.metrics import METRICS
 
@@ -106,3 +106,26 @@ def test_losses_get_no_sentence():
     groups = aggregate(runs, "loss")
     summaries = {name: summarize_group(group, 0.9) for name, group in groups.items()}
     assert comparison_finding(groups, summaries, METRICS["loss"]) is None
+
+
+def perplexity_sentence(curves: dict[str, list[float]]) -> str:
+    """The finding for one-seed perplexity curves at lengths 16, 64 (trained), 256, 1024."""
+    lengths = np.array([16, 64, 256, 1024])
+    runs = [RunCurve(Path(name), {"data": {"train_lengths": [64, 64]}, "seed": 0}, name,
+                     lengths, np.asarray(values, float), "test")
+            for name, values in curves.items()]
+    groups = aggregate(runs, "perplexity")
+    summaries = {name: summarize_group(group, 0.9) for name, group in groups.items()}
+    return comparison_finding(groups, summaries, METRICS["perplexity"],
+                              group_by="model.pe.type")
+
+
+@pytest.mark.parametrize("flat,rising", [("alibi", "sinusoidal"), ("sinusoidal", "alibi")])
+def test_perplexity_sentence_names_who_holds_at_the_longest_window(flat, rising):
+    text = perplexity_sentence({flat: [5.0, 4.0, 3.9, 4.2], rising: [5.5, 4.4, 9.0, 44.0]})
+    assert text == (f"At the training length 64 the schemes reach perplexity 4-4.4 (mean over 1 "
+                    f"seed; {flat} lowest). At length 1024, {flat} stays within 10% of its own "
+                    f"(1.05x), while {rising} rises to 44 (10x).")
+    both = perplexity_sentence({flat: [5.0, 4.0, 3.9, 4.0], rising: [5.5, 4.4, 4.0, 4.6]})
+    assert both.endswith("every one stays within 10% of it (1x and 1.05x).")
+

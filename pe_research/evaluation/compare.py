@@ -23,7 +23,7 @@ import numpy as np
 from pe_research.atomic_files import atomic_open, atomic_write_text
 from pe_research.config.naming import short_keys
 from pe_research.errors import ConfigError
-from pe_research.evaluation.finding import describe_comparison
+from pe_research.evaluation.finding import comparison_finding
 from pe_research.evaluation.group_summary import (
     best_word,
     markdown_table,
@@ -244,26 +244,6 @@ def comparison(run_dirs: Sequence[str | Path], *, group_by: str = "model.pe.type
                             for name, group in groups.items()}
 
 
-def comparison_finding(groups: Mapping[str, Mapping[str, Any]],
-                       summaries: Mapping[str, Mapping[str, Any]], metric: Metric, *,
-                       group_by: str = "", mixed: bool = False,
-                       fit: tuple[Metric, Mapping[str, Mapping[str, Any]]] | None = None,
-                       setting: str = "") -> str | None:
-    """The sentence of what the curves show (``finding.describe_comparison``), for accuracy
-    metrics over runs of one task and training range; None otherwise. ``fit``: the exact-match
-    metric and summaries that judge whether each group learned the training lengths;
-    ``setting``: the test-time settings of the curves (``curve_settings``)."""
-    if mixed or metric.unit != "%" or not metric.higher_is_better or not groups:
-        return None
-    first = next(iter(groups.values()))["members"][0]
-    return describe_comparison(groups, summaries, first.train_lengths,
-                               what=metric.label.lower(),
-                               noun="schemes" if group_by == "model.pe.type" else "groups",
-                               fit=fit[1] if fit else None,
-                               fit_what=fit[0].label.lower() if fit else None,
-                               setting=setting)
-
-
 def training_fit(run_dirs: Sequence[str | Path], metric: str, *, as_trained: bool = False,
                  **options: Any) -> tuple[Metric, dict[str, dict[str, Any]]] | None:
     """The exact-match metric (``default_metric``) and its group summaries, to judge the
@@ -331,9 +311,10 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
              + "Runs "
              f"grouped by `{group_by}`. "
              f"Aggregates over seeds: {shown}. In-dist: mean over evaluated lengths {inside}; "
-             f"OOD: mean over evaluated lengths {beyond}; longest n: the longest length up to "
-             f"which every evaluated length scores ≥ {100 * threshold:g}% on the group's mean "
-             f"(or {best}) curve.", "",
+             f"OOD: mean over evaluated lengths {beyond}"
+             + (f"; longest n: the longest length up to which every evaluated length scores ≥ "
+                f"{100 * threshold:g}% on the group's mean (or {best}) curve."
+                if definition.unit == "%" else "."), "",
              markdown_table(summaries, group_by, threshold, definition), ""]
     fit = None if mixed else training_fit(run_dirs, metric, as_trained=bool(setting),
                                           group_by=group_by, eval_name=eval_name,

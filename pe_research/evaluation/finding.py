@@ -21,6 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from pe_research.evaluation.metrics import Metric
+from pe_research.evaluation.perplexity_finding import describe_perplexity
+
 LEARNED = 0.95
 PART_WAYS = 0.10
 
@@ -154,3 +157,29 @@ def _widest_length(groups: Mapping[str, Mapping[str, Any]], top: Sequence[str],
 
     return max(candidates, key=lambda n: (min(at(t, n) for t in top)
                                           - max(at(b, n) for b in bottom), -n))
+
+
+def comparison_finding(groups: Mapping[str, Mapping[str, Any]],
+                       summaries: Mapping[str, Mapping[str, Any]], metric: Metric, *,
+                       group_by: str = "", mixed: bool = False,
+                       fit: tuple[Metric, Mapping[str, Mapping[str, Any]]] | None = None,
+                       setting: str = "") -> str | None:
+    """The sentence of what the curves show (``describe_comparison`` for accuracies,
+    ``describe_perplexity`` for perplexity) over runs of one task and training range; None for
+    other metrics or mixed runs. ``fit``: the exact-match
+    metric and summaries that judge whether each group learned the training lengths;
+    ``setting``: the test-time settings of the curves (``curve_settings``)."""
+    if mixed or not groups:
+        return None
+    first = next(iter(groups.values()))["members"][0]
+    noun = "schemes" if group_by == "model.pe.type" else "groups"
+    if metric.log_axis and not metric.higher_is_better:
+        return describe_perplexity(groups, summaries, first.train_lengths, noun=noun)
+    if metric.unit != "%" or not metric.higher_is_better:
+        return None
+    return describe_comparison(groups, summaries, first.train_lengths,
+                               what=metric.label.lower(),
+                               noun=noun,
+                               fit=fit[1] if fit else None,
+                               fit_what=fit[0].label.lower() if fit else None,
+                               setting=setting)

@@ -80,13 +80,16 @@ def markdown_table(summaries: Mapping[str, Mapping[str, Any]], group_by: str,
     metric = metric or METRICS[HEADLINE]
     best, show = best_word(metric), metric.display
     limit = f"{100 * threshold:g}%"
+    fraction = metric.unit == "%"  # 'longest n above a threshold' is defined for fractions only
     lines = [f"| {group_by} | runs | in-dist mean ± std | in-dist {best} | OOD mean ± std | "
-             f"OOD {best} | longest n ≥ {limit} (mean) | longest n ≥ {limit} ({best}) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             f"OOD {best} |" + (f" longest n ≥ {limit} (mean) | longest n ≥ {limit} ({best}) |"
+                                if fraction else ""),
+             "|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if fraction else "")]
     for name, s in summaries.items():
         lines.append(
             f"| {name} | {s['runs']} | {show(s['in_dist_mean'])} ± {show(s['in_dist_std'])}"
             f" | {show(s[f'in_dist_{best}'])} | {show(s['ood_mean'])} ± "
-            f"{show(s['ood_std'])} | {show(s[f'ood_{best}'])} | "
-            f"{s['longest_mean'] or '-'} | {s[f'longest_{best}'] or '-'} |")
+            f"{show(s['ood_std'])} | {show(s[f'ood_{best}'])} |"
+            + (f" {s['longest_mean'] or '-'} | {s[f'longest_{best}'] or '-'} |"
+               if fraction else ""))
     return "\n".join(lines)
