@@ -228,6 +228,22 @@ def test_eval_shows_a_progress_bar_over_lengths_once_it_takes_a_while(run_copy, 
     assert "eval:" not in capsys.readouterr().err  # quick evaluations stay quiet
 
 
+def test_lengths_asked_for_replace_the_configs_in_the_checks(run_copy, one_device, capsys,
+                                                              monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    narrow = ["--config.data.buckets=(8, 16)"]  # eval.lengths reach 16: 17 target tokens
+    assert cli.main(["eval", str(run_copy), "--name", "narrow", *narrow]) == 2
+    assert "no bucket holds 17" in capsys.readouterr().err
+    # lengths 4 and 8 fit those buckets, and score as they do with the stored ones
+    assert cli.main(["eval", str(run_copy), "--lengths", "4,8", "--name", "narrow",
+                     "--step", "latest", *narrow]) == 0
+    rows = json.loads((run_copy / "eval" / "narrow.json").read_text())["rows"]
+    reference = {row.length: row.values for row in one_device[-1].rows}
+    for row in rows:
+        assert row["exact_match"] == reference[row["length"]]["exact_match"]
+        assert row["loss"] == pytest.approx(reference[row["length"]]["loss"], rel=1e-5)
+
+
 def test_cached_exact_match_reads_its_file_only_under_the_same_overrides(run_copy):
     from pe_research.evaluation.results import cached_exact_match, results_path
 

@@ -131,7 +131,7 @@ def evaluate_and_write(run_dir: str | Path, *, checkpoint: str | int | None = No
                                                                dict[str, Path]]:
     """What ``pe-research eval`` does: restore, evaluate, write the files, log to W&B."""
     check_eval_name(name)
-    run = load_run(run_dir, checkpoint, overrides)
+    run = load_run(run_dir, checkpoint, overrides, lengths=lengths)
     result = evaluate_run(run, lengths)
     paths = write_results(run, result, name, overrides)
     wandb_path = log_to_wandb(run, result, name, run.config.wandb)

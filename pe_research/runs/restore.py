@@ -128,15 +128,22 @@ def restore_params(checkpointer: Checkpointer, candidates: Sequence[int], target
 
 
 def load_run(run_dir: str | Path, checkpoint: str | int | None = None,
-             overrides: Sequence[str] = (), mesh: Mesh | None = None) -> LoadedRun:
+             overrides: Sequence[str] = (), mesh: Mesh | None = None,
+             lengths: Sequence[int] | None = None) -> LoadedRun:
     """Restore a checkpoint of ``run_dir`` onto ``mesh`` (default: every device present).
 
     ``checkpoint``: 'latest', 'best' or a step; None takes ``eval.checkpoint`` of the config.
     ``overrides`` (``'model.pe.scaling.factor=2'`` ...) may change test-time keys only.
+    ``lengths``: the lengths to be evaluated; they replace ``eval.lengths`` and the training-time
+    ``train.eval_lengths`` in the checks, so a test-time setting (a denser task, narrower
+    buckets) must fit only the lengths asked for.
     """
     run_dir = Path(run_dir).absolute()
     stored_task = task_class(load_run_config(run_dir, validate=False).task.name)
     check_eval_overrides(overrides, stored_task.test_time_keys)
+    if lengths:
+        overrides = [*overrides, f"eval.lengths={tuple(int(n) for n in lengths)}",
+                     "train.eval_lengths=()"]
     config = load_run_config(run_dir, overrides)
     task = run_task(config, run_dir)
     mesh = mesh or data_mesh()
