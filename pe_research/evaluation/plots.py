@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
@@ -71,8 +72,11 @@ def _finish(figure: plt.Figure, axes: plt.Axes, title: str, ylabel: str, path: P
     axes.set_ylabel(textwrap.fill(ylabel, int(9 * figure.get_size_inches()[1])))
     if percent:
         axes.set_ylim(-2, 102)
-    if log:
+    if log:  # plain numbers at the ticks (5, 10, 20), not powers of ten
         axes.set_yscale("log")
+        plain = matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}")
+        axes.yaxis.set_major_formatter(plain)
+        axes.yaxis.set_minor_formatter(plain)
     width, height = figure.get_size_inches()
     entries = len(axes.get_legend_handles_labels()[1])
     if entries > LEGEND_INSIDE:  # a long legend would hide the curves: put it beside them

@@ -84,9 +84,15 @@ def write_results(run: LoadedRun, result: EvalResult, name: str = DEFAULT_EVAL_N
     scaling = record["pe"].get("scaling", {}).get("type", "none")
     title = (f"{record['task']['name']}, pe={record['pe']['type']}"
              f"{'' if scaling == 'none' else f' (scaling {scaling})'}, step {run.step}, "
-             f"{rows[0]['samples'] if rows else 0} samples/length")
+             f"{_samples(rows)} samples/length")
     plot_eval_curve(lengths, curves, interval, record["train_lengths"], title, paths["png"])
     return paths
+
+
+def _samples(rows: Sequence[Mapping[str, Any]]) -> str:
+    """'64', or '32-2048' when the lengths hold different numbers of examples."""
+    counts = [int(row["samples"]) for row in rows] or [0]
+    return f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
 
 
 def read_results(path: str | Path) -> dict[str, Any]:
