@@ -21,7 +21,7 @@ from pe_research import cli, data  # noqa: E402
 from pe_research.config import base_config, validate_config  # noqa: E402
 from pe_research.errors import ConfigError  # noqa: E402
 from pe_research.evaluation.metrics import METRICS, summarize  # noqa: E402
-from pe_research.evaluation.range_eval import evaluate_run  # noqa: E402
+from pe_research.evaluation.range_eval import evaluate_members, evaluate_run  # noqa: E402
 from pe_research.evaluation.results import read_results  # noqa: E402
 from pe_research.runs.restore import load_run  # noqa: E402
 from pe_research.tasks import get_task  # noqa: E402
@@ -197,3 +197,14 @@ def test_eval_and_compare_show_perplexity(lm_run, tmp_path, capsys):
     assert cli.main(["compare", str(lm_run), "--out", str(tmp_path / "cmp")]) == 0
     table = (tmp_path / "cmp" / "comparison.md").read_text()
     assert "Metric: perplexity" in table
+
+
+def test_members_evaluated_in_one_program_score_as_the_single_run(lm_run):
+    run = load_run(lm_run, "latest")
+    single = evaluate_run(run, (16, 64))
+    for member in evaluate_members([run, load_run(lm_run, "latest")], (16, 64)):
+        assert [row.length for row in member.rows] == [16, 64]
+        for row, reference in zip(member.rows, single.rows, strict=True):
+            assert row.samples == reference.samples and "exact_match" not in row.values
+            assert row.perplexity == pytest.approx(reference.perplexity, rel=1e-5)
+
