@@ -208,3 +208,15 @@ def test_members_evaluated_in_one_program_score_as_the_single_run(lm_run):
             assert row.samples == reference.samples and "exact_match" not in row.values
             assert row.perplexity == pytest.approx(reference.perplexity, rel=1e-5)
 
+
+def test_data_commands_write_a_corpus_and_show_its_windows(corpus, capsys):
+    assert cli.main(["data", "stdlib", "--to", str(corpus.parent / "stdlib.txt")]) == 0
+    assert "--config.task.path=" in capsys.readouterr().out
+    assert cli.main(["data", "show", "language_model", f"--config.task.path={corpus}",
+                     f"--config.task.cache_dir={corpus.parent / 'hf'}", "--length", "12",
+                     "--count", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("language_model (n = 12")
+    held_out = TEXT[round(len(TEXT) * 0.9):]  # the first windows, one line each
+    assert lines[1:] == ["  " + held_out[i:i + 12].replace("\n", "\\n") for i in (0, 12, 24)]
+

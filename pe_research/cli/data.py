@@ -85,6 +85,7 @@ def _show(args: argparse.Namespace) -> int:
     task = get_task(task_cfg, data_cfg)
     if task.family == "text":  # show rows (windows) of that length from its eval split
         examples = task.eval_examples([args.length], args.count, args.seed)
+        examples = examples.take(np.arange(min(len(examples), args.count)))
     else:
         task.check_lengths([args.length], "--length")
         examples = task.examples_of_length(np.random.default_rng(args.seed), args.length,

@@ -78,7 +78,7 @@ class LanguageModel(Task):
     ``eval_tokens`` tokens of the held-out text (0: all of it) with non-overlapping windows of n
     (a last partial window is dropped), so every length scores the same text and a curve moves
     with the length alone; ``data.eval_samples`` does not apply.
-    Example (char level, n=8): `` -> def f(x)``.
+    Example (char level, n=12): ``def f(x):\\n `` (``data show`` writes line breaks as \\n).
     """
 
     name, family = "language_model", "text"
@@ -151,6 +151,11 @@ class LanguageModel(Task):
     @property
     def separator(self) -> str:
         return " " if self.config["tokenizer"] == "word" else ""
+
+    def format_example(self, source_ids: Iterable[int], target_ids: Iterable[int]) -> str:
+        """The window on one line, line breaks and tabs written as ``\\n`` and ``\\t``."""
+        text = self.separator.join(self.vocabulary.decode(target_ids))
+        return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t")
 
     # -- lengths -----------------------------------------------------------------------
 
