@@ -199,10 +199,16 @@ def test_eval_and_compare_show_perplexity(lm_run, tmp_path, capsys):
     assert "Metric: perplexity" in table
 
 
-def test_members_evaluated_in_one_program_score_as_the_single_run(lm_run):
+@pytest.mark.parametrize("budget_gb", [0.0, 1e-6])
+def test_members_evaluated_in_one_program_score_as_the_single_run(lm_run, budget_gb):
     run = load_run(lm_run, "latest")
     single = evaluate_run(run, (16, 64))
-    for member in evaluate_members([run, load_run(lm_run, "latest")], (16, 64)):
+    members = [load_run(lm_run, "latest"), run]
+    members[0].config.eval.memory_budget_gb = budget_gb  # the first member's config plans
+    results = evaluate_members(members, (16, 64))
+    rows = {shape[0] for shape in results[0].compiled_shapes}
+    assert rows == ({1} if budget_gb else {16})  # a tiny budget splits batches down to 1 row
+    for member in results:
         assert [row.length for row in member.rows] == [16, 64]
         for row, reference in zip(member.rows, single.rows, strict=True):
             assert row.samples == reference.samples and "exact_match" not in row.values

@@ -185,13 +185,15 @@ class RangeEvaluator:
         self.unjitted_statistics = statistics
         self.statistics = jax.jit(traced_statistics, out_shardings=replicated(mesh))
 
-    def rows_for(self, params: Any, batch: Mapping[str, np.ndarray], batch_size: int) -> int:
+    def rows_for(self, params: Any, batch: Mapping[str, np.ndarray], batch_size: int,
+                 members: int = 1) -> int:
         """Rows per batch at this batch's widths: ``batch_size``, halved while the estimate
-        exceeds the memory budget (traced once per widths, never compiled)."""
+        exceeds the memory budget (traced once per widths, never compiled); ``members`` models
+        evaluated in one program share the budget."""
         widths = (batch["source"].shape[1], batch["target_input"].shape[1])
         if widths not in self.batch_rows:
             budget = memory.budget_bytes(self.config.eval.memory_budget_gb,
-                                         self.mesh.devices.flat[0])
+                                         self.mesh.devices.flat[0]) // members
             fixed = sum(leaf.nbytes for leaf in jax.tree.leaves(params))
             full = memory.estimate_bytes(self.unjitted_statistics, params, {
                 key: jax.ShapeDtypeStruct((batch_size, *value.shape[1:]), value.dtype)
@@ -287,7 +289,8 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
     The members share everything but seed and learning rate; member k is scored on its own
     frozen eval set (that of its seed) with its own position key, so its rows equal
     ``evaluate_run(runs[k])``. Batches are padded to the widest member's buckets, so the
-    function compiles once per batch shape for all members.
+    function compiles once per batch shape for all members; a batch whose estimate exceeds the
+    members' share of ``eval.memory_budget_gb`` is split as in ``RangeEvaluator``.
     """
     first = runs[0].config
     lengths = tuple(int(n) for n in (lengths or default_lengths(first)))
@@ -319,11 +322,14 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
     bar = tqdm(lengths, desc=f"eval {len(runs)} members", unit="length",
                delay=PROGRESS_DELAY_S, leave=False, dynamic_ncols=True)
     for length in bar:
-        streams = [data.eval_batches(dataset, length, first.eval.batch_size, buckets,
-                                     widths=plan[length])
+        # the rows of one member's batch that fit its share of the memory budget
+        batch_rows = planner.rows_for(runs[0].params, next(data.eval_batches(
+            datasets[0], length, first.eval.batch_size, buckets, widths=plans[0][length])),
+            first.eval.batch_size, members=len(runs))
+        streams = [data.eval_batches(dataset, length, batch_rows, buckets, widths=plan[length])
                    for dataset, plan in zip(datasets, plans, strict=True)]
         pending = [stacked_statistics(params, data.stack_batches(list(batches)), keys,
-                                      np.int32(index * first.eval.batch_size))
+                                      np.int32(index * batch_rows))
                    for index, batches in enumerate(zip(*streams, strict=True))]
         for k, member_rows in enumerate(rows):
             totals: dict[str, float] = {}
