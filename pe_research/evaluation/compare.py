@@ -185,8 +185,9 @@ def what_was_trained(curves: Sequence[RunCurve]) -> tuple[str, str]:
     if len(names) == 1 and len({json.dumps(c.config["task"], sort_keys=True)
                                 for c in curves}) > 1:
         task += " (mixed task settings)"
-    trained = (f"trained on lengths {ranges[0][0]}-{ranges[0][1]}" if len(ranges) == 1
-               else "mixed training lengths " + ", ".join(f"{a}-{b}" for a, b in ranges))
+    spans = [f"{a}-{b}" if a != b else f"{a}" for a, b in ranges]
+    trained = ((f"trained on length{'s' if '-' in spans[0] else ''} {spans[0]}")
+               if len(ranges) == 1 else "mixed training lengths " + ", ".join(spans))
     return task, trained
 
 

@@ -111,8 +111,8 @@ def report(sweep_dir: SweepDir, *, reevaluate: bool = False) -> dict[str, Path]:
     written: dict[str, Path] = {}
     sections = [f"# Sweep {sweep_dir.root.name}", "",
                 f"From `{manifest['command']}`. Per task and training range, runs are grouped "
-                "by the swept keys that vary there; seeds are aggregated (mean ± std, and max "
-                "over seeds).", ""]
+                "by the swept keys that vary there; seeds are aggregated (mean ± std, and the "
+                "best seed: max, or min for losses and perplexity).", ""]
     for name, run_dirs in comparison_groups(manifest, sweep_dir.root).items():
         grouping, following = separating_keys(run_dirs, keys)
         paths = compare_runs(run_dirs, sweep_dir.report / name,
