@@ -97,6 +97,8 @@ def test_bad_settings_are_refused_in_one_line(corpus):
                          ({"path": ""}, "task.path")):
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             lm_task(corpus, **changes)
+    with pytest.raises(ConfigError, match=r"no such file.*pe-research data stdlib --to"):
+        lm_task(corpus.parent / "missing.txt")  # refused at once, never looked up on the hub
     table = corpus.parent / "rows.jsonl"
     table.write_text(json.dumps({"content": "abc"}) + "\n")
     with pytest.raises(ConfigError, match=r"task\.column.*\['content'\]"):

@@ -25,7 +25,7 @@ import numpy as np
 from pe_research.errors import ConfigError
 from pe_research.tasks.base import LENGTH_SAMPLING, Examples, Task, check_length_range
 from pe_research.tasks.dataset_task import Ragged, quiet_datasets
-from pe_research.tasks.text_dataset import TOKENIZERS, load_split
+from pe_research.tasks.text_dataset import BUILDERS, TOKENIZERS, load_split
 from pe_research.tasks.vocabulary import Vocabulary
 
 TEXT_SUFFIXES = (".txt", ".text", ".md", ".py")
@@ -35,6 +35,9 @@ def load_text(path: str, split: str, key: str, cache_dir: str | None) -> dataset
     """One split of a corpus: a plain-text file (rows are lines, line breaks kept), or a split of
     a json/csv/parquet file, a local folder or a hub dataset."""
     local = Path(path).expanduser()
+    if not local.exists() and local.suffix in (*TEXT_SUFFIXES, *BUILDERS):  # a file, not a hub id
+        raise ConfigError(key, path, f"no such file (from {Path.cwd()}); write a corpus with "
+                          f"`pe-research data stdlib --to {path}` or name an existing text file")
     if local.is_file() and local.suffix in TEXT_SUFFIXES:
         return datasets.load_dataset("text", data_files={split: str(local)}, split=split,
                                      keep_linebreaks=True, cache_dir=cache_dir)
