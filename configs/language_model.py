@@ -25,7 +25,7 @@ def get_config():
     config.model.architecture = "decoder_only"
     config.model.d_model = 128
     config.model.num_heads = 4
-    config.model.num_encoder_layers = 4
+    config.model.num_decoder_layers = 2  # the decoder-only stack (num_encoder_layers is unused)
     config.model.d_ff = 512
     config.train.steps = 2000
     config.train.learning_rate = 1e-3

@@ -155,7 +155,7 @@ def lm_run(corpus, tmp_path_factory) -> Path:
                         "--config.data.train_lengths=(16, 16)", "--config.data.batch_size=8",
                         "--config.data.buckets=(9, 17, 33, 65)",
                         "--config.model.d_model=16", "--config.model.num_heads=2",
-                        "--config.model.num_encoder_layers=1", "--config.model.d_ff=32",
+                        "--config.model.num_decoder_layers=1", "--config.model.d_ff=32",
                         "--config.train.steps=20", "--config.train.warmup_steps=2",
                         "--config.train.log_every=10", "--config.train.eval_every=10",
                         "--config.train.checkpoint_every=10", "--config.train.eval_lengths=(32,)",

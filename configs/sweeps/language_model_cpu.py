@@ -4,7 +4,7 @@ ALiBi's experiment ("Train Short, Test Long", Press et al. 2022, fig. 1 and sec.
 character-level language models trained on windows of 64 characters of Python source (the
 standard library; first run `pe-research data stdlib --to data/python_stdlib.txt`) and scored
 by perplexity on held-out windows of 16 to 1,024 characters (configs/language_model.py: d_model
-128, 4 layers, 2,000 steps). The paper's four schemes (sinusoidal, rotary, T5's bias, ALiBi)
+128, 2 layers, 2,000 steps). The paper's four schemes (sinusoidal, rotary, T5's bias, ALiBi)
 plus NoPE and the later biases and gates (Kerple, FIRE, xPos, FoX), two seeds each. What it
 showed is in docs/results.md.
 """
