@@ -93,6 +93,20 @@ def load_experiment(name: str) -> types.ModuleType:
     return module
 
 
+def chdir_with_corpus(directory: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Work in ``directory``, holding ``data/python_stdlib.txt`` (the file the language-model
+    config files name) as a 40,000-character slice of the standard library's source."""
+    from pe_research.tasks.corpora import stdlib_sources
+
+    corpus = directory / "data" / "python_stdlib.txt"
+    corpus.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(path.read_text(encoding="utf-8", errors="replace")
+                   for path in stdlib_sources()[:8])
+    corpus.write_text(text[:40_000])
+    monkeypatch.chdir(directory)
+    return corpus
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     """The test environment for child processes, without any XLA device-count override."""
     env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import chdir_with_corpus
 
 from pe_research.config import (
     apply_overrides,
@@ -165,9 +166,11 @@ def test_override_of_a_base_config_in_place():
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.py")), ids=lambda p: p.stem)
-def test_every_config_file_validates_and_names_its_command(path):
+def test_every_config_file_validates_and_names_its_command(path, tmp_path, monkeypatch):
     first_line = path.read_text().split('"""')[1].splitlines()[0]
     assert first_line.startswith(f"pe-research train --config configs/{path.name} --workdir ")
+    if "language_model" in path.read_text():  # names a corpus file, relative to the cwd
+        chdir_with_corpus(tmp_path, monkeypatch)
     if path.stem == "scan_length" and not Path("data/scan/tasks_train_length.txt").exists():
         with pytest.raises(ConfigError, match="data.scan_dir='data/scan' is invalid"):
             load_config(path)

@@ -15,7 +15,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 import pytest  # noqa: E402
-from conftest import REPO, run_train, subprocess_env  # noqa: E402
+from conftest import REPO, load_experiment, run_train, subprocess_env  # noqa: E402
 
 from pe_research import cli, data  # noqa: E402
 from pe_research.config import base_config, validate_config  # noqa: E402
@@ -227,4 +227,27 @@ def test_data_commands_write_a_corpus_and_show_its_windows(corpus, capsys):
     assert lines[0].startswith("language_model (n = 12")
     held_out = TEXT[round(len(TEXT) * 0.9):]  # the first windows, one line each
     assert lines[1:] == ["  " + held_out[i:i + 12].replace("\n", "\\n") for i in (0, 12, 24)]
+
+
+def test_position_losses_average_to_the_range_evaluation_loss(lm_run):
+    position_loss = load_experiment("position_loss")
+    run = load_run(lm_run, "latest")
+    losses = position_loss.position_losses(run, 32, rows=3)  # batches that split the windows
+    assert losses.shape == (32,)
+    row = evaluate_run(run, (32,)).rows[0]
+    assert float(losses.mean()) == pytest.approx(row.loss, rel=1e-5)
+    assert position_loss.bands(100) == [(0, 16), (16, 32), (32, 64), (64, 100)]
+    # the same tokens: positions below 16 of 32-windows are scored as in 16-windows
+    long = position_loss.token_losses(run, 32)
+    short = position_loss.token_losses(run, 16).reshape(-1)[:long.size].reshape(long.shape)
+    np.testing.assert_allclose(short[:, :16], long[:, :16], rtol=1e-4, atol=1e-5)
+    # a window ending at a token scores it as that window's last position does
+    ends = np.array([15, 47, 63])
+    np.testing.assert_allclose(position_loss.last_token_losses(run, ends, 16, rows=2),
+                               short.reshape(-1)[ends], rtol=1e-4)
+    sliding, in_long = position_loss.paired_losses(run, 32, 16)
+    assert in_long == pytest.approx(float(long[:, 16:].mean()), rel=1e-6)
+    beyond = np.flatnonzero(np.arange(long.size) % 32 >= 16)
+    assert sliding == pytest.approx(float(
+        position_loss.last_token_losses(run, beyond, 16).mean()), rel=1e-6)
 

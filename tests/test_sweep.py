@@ -13,7 +13,14 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
-from conftest import DEFAULT_CONFIG, REPO, cli_command, subprocess_env, tiny_overrides
+from conftest import (
+    DEFAULT_CONFIG,
+    REPO,
+    chdir_with_corpus,
+    cli_command,
+    subprocess_env,
+    tiny_overrides,
+)
 from flax import nnx
 
 from pe_research.cli.app import main
@@ -336,9 +343,11 @@ SWEEPS = REPO / "configs" / "sweeps"
 
 
 @pytest.mark.parametrize("path", sorted(SWEEPS.glob("*.py")), ids=lambda p: p.stem)
-def test_every_sweep_file_validates_and_names_its_command(path):
+def test_every_sweep_file_validates_and_names_its_command(path, tmp_path, monkeypatch):
     first_line = path.read_text().split('"""')[1].splitlines()[0]
     assert first_line.startswith(f"pe-research sweep configs/sweeps/{path.name} --workdir ")
+    if "language_model" in path.read_text():  # names a corpus file, relative to the cwd
+        chdir_with_corpus(tmp_path, monkeypatch)
     try:
         plan = load_sweep(path)
     except ConfigError as error:  # only a sweep over SCAN, where its files are absent, may fail
