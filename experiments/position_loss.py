@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from pe_research import data
 from pe_research.cli.script import run_script, write_outputs
@@ -118,6 +119,29 @@ def bands(length: int) -> list[tuple[int, int]]:
     return list(zip(edges[:-1], edges[1:], strict=True))
 
 
+def draw(record: dict, length: int, trained: set[int]) -> Figure:
+    """Perplexity per band of positions, a step curve per group (log axes), training marked."""
+    figure = Figure(figsize=(7.5, 4.2), layout="constrained")
+    axes = figure.subplots()
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    for name, numbers in record.items():
+        spans = numbers["bands"]
+        edges = [max(a, 1) for a, _ in spans] + [spans[-1][1]]  # position 0 drawn from 1
+        axes.stairs(numbers["perplexity"], edges, baseline=None, label=name, linewidth=2)
+    for high in sorted(trained):
+        axes.axvline(high, color="0.4", linestyle=":", linewidth=1,
+                     label=f"training length {high}")
+    axes.set(xscale="log", yscale="log", xlim=(1, length),
+             xlabel="position in the window (tokens; bands 0-15, 16-31, 32-63, ...)",
+             ylabel="perplexity of the tokens at these positions",
+             title=f"Perplexity by position in windows of {length} tokens (mean over seeds)")
+    for axis in (axes.xaxis, axes.yaxis):
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(plain if axis is axes.yaxis else NullFormatter())
+    axes.legend(fontsize=8, loc="upper left")
+    return figure
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("groups", nargs="+", type=Path, help="grid-point or run directories")
@@ -131,8 +155,6 @@ def main() -> None:
                          "least 2 tokens and a positive step")
     groups = [group_runs(group) for group in args.groups]
     spans = bands(args.length)
-    figure = Figure(figsize=(7.5, 4.2), layout="constrained")
-    axes = figure.subplots()
     print(f"perplexity by window position, windows of {args.length} tokens (mean over seeds)")
     print("| group | " + " | ".join(f"{a}-{b - 1}" for a, b in spans)
           + " | paired: L-windows / long / ratio |")
@@ -152,15 +174,8 @@ def main() -> None:
               + f" | {short:.2f} / {long:.2f} / {long / short:.2f}x |")
         record[name] = {"bands": spans, "perplexity": values,
                         "paired": {"trained_windows": float(short), "long_windows": float(long)}}
-        axes.stairs(values, [a for a, _ in spans] + [spans[-1][1]], label=name, linewidth=2)
-    for high in sorted(trained):
-        axes.axvline(high, color="0.4", linestyle=":", linewidth=1,
-                     label=f"training length {high}")
-    axes.set(xscale="symlog", yscale="log", xlabel="position in the window (tokens)",
-             ylabel="perplexity of the tokens at these positions",
-             title=f"Perplexity by position in windows of {args.length} tokens")
-    axes.legend(fontsize=8)
-    write_outputs(figure, args.out, record, args.out.with_suffix(".json"))
+    write_outputs(draw(record, args.length, trained), args.out, record,
+                  args.out.with_suffix(".json"))
 
 
 if __name__ == "__main__":

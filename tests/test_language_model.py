@@ -237,6 +237,10 @@ def test_position_losses_average_to_the_range_evaluation_loss(lm_run):
     row = evaluate_run(run, (32,)).rows[0]
     assert float(losses.mean()) == pytest.approx(row.loss, rel=1e-5)
     assert position_loss.bands(100) == [(0, 16), (16, 32), (32, 64), (64, 100)]
+    figure = position_loss.draw({"alibi (1 seed)": {"bands": position_loss.bands(32),
+                                                    "perplexity": [6.0, 5.0]}}, 32, {16})
+    assert [t.get_text() for t in figure.axes[0].get_legend().get_texts()] == [
+        "alibi (1 seed)", "training length 16"]
     # the same tokens: positions below 16 of 32-windows are scored as in 16-windows
     long = position_loss.token_losses(run, 32)
     short = position_loss.token_losses(run, 16).reshape(-1)[:long.size].reshape(long.shape)
