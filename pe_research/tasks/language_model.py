@@ -26,7 +26,7 @@ from pe_research.errors import ConfigError
 from pe_research.tasks.base import LENGTH_SAMPLING, Examples, Task, check_length_range
 from pe_research.tasks.dataset_task import Ragged, quiet_datasets
 from pe_research.tasks.text_dataset import BUILDERS, TOKENIZERS, load_split
-from pe_research.tasks.vocabulary import Vocabulary
+from pe_research.tasks.vocabulary import PAD_ID, Vocabulary
 
 TEXT_SUFFIXES = (".txt", ".text", ".md", ".py")
 
@@ -186,7 +186,7 @@ class LanguageModel(Task):
 
     def make_examples(self, keys: np.ndarray, rng: np.random.Generator) -> Examples:
         keys = np.asarray(keys, dtype=np.int64).reshape(-1, 2)
-        return self._windows(self.train_ids, keys[:, 0], keys[:, 1])
+        return self.windows(self.train_ids, keys[:, 0], keys[:, 1])
 
     def eval_examples(self, lengths: Sequence[int], samples_per_length: int,
                       seed: int) -> Examples:
@@ -197,22 +197,21 @@ class LanguageModel(Task):
                 raise ConfigError("eval lengths", n, f"the eval text holds {self.eval_ids.size} "
                                   "tokens, fewer than one window; raise task.eval_tokens or "
                                   "give it more text")
-            groups.append(self._windows(self.eval_ids, np.full(windows, n),
+            groups.append(self.windows(self.eval_ids, np.full(windows, n),
                                         np.arange(windows) * n))
         return Examples.concatenate(groups)
 
     @staticmethod
-    def _windows(ids: np.ndarray, lengths: np.ndarray, starts: np.ndarray) -> Examples:
-        """Rows ``ids[start:start + length]``, right-padded to the longest."""
-        offsets = np.concatenate([[0], np.cumsum(lengths)])
-        gathered = np.concatenate([ids[s:s + n] for s, n in zip(starts, lengths, strict=True)])
-        target = Ragged(gathered.astype(np.int32), offsets.astype(np.int64))
-        rows = np.arange(len(lengths))
-        count = len(lengths)
+    def windows(ids: np.ndarray, lengths: np.ndarray, starts: np.ndarray) -> Examples:
+        """Rows ``ids[start:start + length]`` as examples without a source, right-padded."""
+        lengths = np.asarray(lengths, np.int32)
+        count, columns = len(lengths), np.arange(int(lengths.max(initial=0)))
+        real = columns < lengths[:, None]
+        index = np.where(real, np.asarray(starts)[:, None] + columns, 0)
         return Examples(source=np.zeros((count, 0), np.int32),
                         source_lengths=np.zeros(count, np.int32),
-                        target=target.padded(rows), target_lengths=lengths.astype(np.int32),
-                        lengths=lengths.astype(np.int32))
+                        target=np.where(real, ids[index], PAD_ID).astype(np.int32),
+                        target_lengths=lengths, lengths=lengths)
 
     def fingerprint(self) -> dict[str, Any]:
         config = {k: v for k, v in self.config.items() if k != "cache_dir"}
