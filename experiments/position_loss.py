@@ -53,62 +53,45 @@ def group_runs(group: Path) -> list[Path]:
     return runs
 
 
-def token_losses(run: LoadedRun, length: int, rows: int = 8) -> np.ndarray:
-    """Cross-entropy ``[windows, length]`` of every token of the eval windows of ``length``
-    (window k holds held-out tokens k * length ... (k + 1) * length - 1)."""
-    examples = run.task.eval_examples([length], 0, run.config.seed)
+def window_losses(run: LoadedRun, examples: Examples, width: int, rows: int) -> np.ndarray:
+    """Cross-entropy ``[len(examples), width]`` of every token of windows of ``width`` tokens,
+    ``rows`` windows per forward pass."""
     pe, key = run.config.model.pe, eval_position_key(run.config.seed)
     parts = []
     for start in range(0, len(examples), rows):
         batch = data.make_batch(examples.take(np.arange(start, min(start + rows,
                                                                    len(examples)))),
-                                0, length + 1)
+                                0, width + 1)
         source_positions, target_positions = batch_positions(pe, batch, key, training=False,
                                                              architecture="decoder_only")
         logits = run.model(jnp.asarray(batch["source"]), jnp.asarray(batch["target_input"]),
                            source_positions, target_positions, jnp.asarray(batch["source_mask"]),
                            jnp.asarray(batch["target_mask"]))
-        losses = optax.softmax_cross_entropy_with_integer_labels(
-            logits[:, :length].astype(jnp.float32), jnp.asarray(batch["target_output"][:, :length]))
-        parts.append(np.asarray(losses))
+        parts.append(np.asarray(optax.softmax_cross_entropy_with_integer_labels(
+            logits[:, :width].astype(jnp.float32), jnp.asarray(batch["target_output"][:, :width]))))
     return np.concatenate(parts)
 
 
-def position_losses(run: LoadedRun, length: int, rows: int = 8) -> np.ndarray:
-    """Cross-entropy ``[length]`` at each window position, averaged over the eval windows."""
-    return token_losses(run, length, rows).mean(axis=0)
+def token_losses(run: LoadedRun, length: int, rows: int = 8) -> np.ndarray:
+    """Cross-entropy ``[windows, length]`` of every token of the eval windows of ``length``
+    (window k holds held-out tokens k * length ... (k + 1) * length - 1)."""
+    return window_losses(run, run.task.eval_examples([length], 0, run.config.seed), length, rows)
 
 
 def last_token_losses(run: LoadedRun, ends: np.ndarray, width: int,
                       rows: int = 256) -> np.ndarray:
     """Cross-entropy ``[len(ends)]`` of held-out token ``t`` for each ``t`` in ``ends``, read
     from a window of ``width`` tokens ending at it (``width - 1`` tokens of context)."""
-    ids, pe = run.task.eval_ids, run.config.model.pe
-    key, out = eval_position_key(run.config.seed), []
-    for start in range(0, len(ends), rows):
-        chunk = ends[start:start + rows]
-        target = ids[chunk[:, None] - width + 1 + np.arange(width)[None, :]]
-        examples = Examples(np.zeros((len(chunk), 0), np.int32), np.zeros(len(chunk), np.int32),
-                            target.astype(np.int32), np.full(len(chunk), width, np.int32),
-                            np.full(len(chunk), width, np.int32))
-        batch = data.make_batch(examples, 0, width + 1)
-        source_positions, target_positions = batch_positions(pe, batch, key, training=False,
-                                                             architecture="decoder_only")
-        logits = run.model(jnp.asarray(batch["source"]), jnp.asarray(batch["target_input"]),
-                           source_positions, target_positions, jnp.asarray(batch["source_mask"]),
-                           jnp.asarray(batch["target_mask"]))
-        out.append(np.asarray(optax.softmax_cross_entropy_with_integer_labels(
-            logits[:, width - 1].astype(jnp.float32), jnp.asarray(target[:, -1]))))
-    return np.concatenate(out)
+    windows = run.task.windows(run.task.eval_ids, np.full(len(ends), width), ends - width + 1)
+    return window_losses(run, windows, width, rows)[:, -1]
 
 
-def paired_losses(run: LoadedRun, length: int, trained: int,
+def paired_losses(run: LoadedRun, long: np.ndarray, trained: int,
                   every: int = 1) -> tuple[float, float]:
-    """Mean loss of the same tokens with ``trained - 1`` tokens of context and in the windows of
-    ``length``, over every ``every``-th token at long-window positions ``trained`` and beyond."""
-    long = token_losses(run, length)
-    positions = np.arange(long.size) % length
-    ends = np.flatnonzero(positions >= trained)[::every]
+    """Mean loss of the same tokens with ``trained - 1`` tokens of context and in the long
+    windows whose losses are ``long`` (``token_losses``), over every ``every``-th token at
+    long-window positions ``trained`` and beyond."""
+    ends = np.flatnonzero(np.arange(long.size) % long.shape[1] >= trained)[::every]
     return (float(last_token_losses(run, ends, trained).mean()),
             float(long.reshape(-1)[ends].mean()))
 
@@ -164,9 +147,11 @@ def main() -> None:
         config = load_run_config(runs[0], validate=False)
         high = int(config.data.train_lengths[1])
         loaded = [load_run(run, "latest") for run in runs]
-        losses = np.mean([position_losses(run, args.length) for run in loaded], axis=0)
-        short, long = np.exp(np.mean([paired_losses(run, args.length, high, args.every)
-                                      for run in loaded], axis=0))
+        long_losses = [token_losses(run, args.length) for run in loaded]
+        losses = np.mean([tokens.mean(axis=0) for tokens in long_losses], axis=0)
+        short, long = np.exp(np.mean([paired_losses(run, tokens, high, args.every)
+                                      for run, tokens in zip(loaded, long_losses, strict=True)],
+                                     axis=0))
         trained.add(high)
         values = [float(np.exp(losses[a:b].mean())) for a, b in spans]
         name = f"{config.model.pe.type} ({len(runs)} seeds)"

@@ -232,7 +232,7 @@ def test_data_commands_write_a_corpus_and_show_its_windows(corpus, capsys):
 def test_position_losses_average_to_the_range_evaluation_loss(lm_run):
     position_loss = load_experiment("position_loss")
     run = load_run(lm_run, "latest")
-    losses = position_loss.position_losses(run, 32, rows=3)  # batches that split the windows
+    losses = position_loss.token_losses(run, 32, rows=3).mean(axis=0)  # split batches
     assert losses.shape == (32,)
     row = evaluate_run(run, (32,)).rows[0]
     assert float(losses.mean()) == pytest.approx(row.loss, rel=1e-5)
@@ -249,7 +249,7 @@ def test_position_losses_average_to_the_range_evaluation_loss(lm_run):
     ends = np.array([15, 47, 63])
     np.testing.assert_allclose(position_loss.last_token_losses(run, ends, 16, rows=2),
                                short.reshape(-1)[ends], rtol=1e-4)
-    sliding, in_long = position_loss.paired_losses(run, 32, 16)
+    sliding, in_long = position_loss.paired_losses(run, long, 16)
     assert in_long == pytest.approx(float(long[:, 16:].mean()), rel=1e-6)
     beyond = np.flatnonzero(np.arange(long.size) % 32 >= 16)
     assert sliding == pytest.approx(float(
