@@ -60,3 +60,27 @@ def test_cudnn_request_falls_back_to_xla_on_cpu(caplog):
     assert model.encoder_layers[0].self_attention.implementation == "xla"
     source, target = random_inputs()
     assert jnp.all(jnp.isfinite(forward(model, source, target)))
+
+
+def test_model_line_names_the_stack_key_and_counts_parameters_by_formula():
+    """Decoder-only, tied output, no position parameters: V d + 2 d (final norm) + per layer
+    4 d^2 (q, k, v, out) + 2 d d_ff + d_ff + d (feed-forward biases) + 4 d (two norms)."""
+    from flax import nnx
+
+    from pe_research.config import base_config
+    from pe_research.model import build_model, model_line
+
+    config = base_config(task="copy", pe="none")
+    config.model.update(architecture="decoder_only", d_model=16, num_heads=2, d_ff=32,
+                        num_decoder_layers=3, num_encoder_layers=7)
+    params = nnx.state(build_model(config, 10), nnx.Param)
+    d, d_ff, layers = 16, 32, 3
+    count = 10 * d + 2 * d + layers * (4 * d * d + 2 * d * d_ff + d_ff + d + 4 * d)
+    assert model_line(config, 10, params) == (
+        "model: decoder-only, 3 layers (model.num_decoder_layers), d_model 16, 2 heads, "
+        f"d_ff 32, positions none; {count:,} parameters")
+    config.model.architecture = "encoder_decoder"
+    config.model.pe = default_pe_config("dape")
+    assert "2+3 layers" not in model_line(config, 10, params)
+    assert "7+3 layers, d_model 16, 2 heads, d_ff 32, positions dape over alibi" in model_line(
+        config, 10, params)

@@ -79,6 +79,11 @@ def test_train_command_end_to_end(trained_run):
     np.testing.assert_allclose(summarize(sums)["loss"], final["eval/loss"], rtol=1e-5)
     np.testing.assert_allclose(summarize(sums)["token_accuracy"], final["eval/token_accuracy"])
 
+    # The console named the model that ran, with the parameter count of what was restored.
+    count = sum(leaf.size for leaf in jax.tree.leaves(nnx.state(restored.model, nnx.Param)))
+    assert (f"model: encoder-decoder, 1+1 layers, d_model 16, 2 heads, d_ff 32, positions rope; "
+            f"{count:,} parameters") in trained_run.stdout
+
     # W&B ran offline inside the run directory, and the command said where everything is.
     wandb_runs = list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(wandb_runs) == 1

@@ -113,6 +113,18 @@ class ModelConfig:
         return (self.num_decoder_layers if self.architecture == "decoder_only"
                 else self.num_encoder_layers)
 
+    def describe(self) -> str:
+        """One line naming the model that runs, and for a single stack the key of its depth."""
+        if self.single_stack:
+            key = ("num_decoder_layers" if self.architecture == "decoder_only"
+                   else "num_encoder_layers")
+            depth = f"{self.num_layers} layers (model.{key})"
+        else:
+            depth = f"{self.num_encoder_layers}+{self.num_decoder_layers} layers"
+        base = f" over {self.pe['base']}" if "base" in self.pe else ""
+        return (f"{self.architecture.replace('_', '-')}, {depth}, d_model {self.d_model}, "
+                f"{self.num_heads} heads, d_ff {self.d_ff}, positions {self.pe['type']}{base}")
+
     def check_scheme_acts(self) -> None:
         """ConfigError when the scheme has no way to reach a single-stack model's attention."""
         if not self.single_stack:

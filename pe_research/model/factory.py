@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import ml_collections
 from flax import nnx
 
@@ -25,3 +26,9 @@ def build_model(config: ml_collections.ConfigDict, vocab_size: int) -> TokenMode
 def abstract_model(config: ml_collections.ConfigDict, vocab_size: int) -> TokenModel:
     """The model's structure with shape/dtype placeholders instead of arrays (no compute)."""
     return nnx.eval_shape(lambda: build_model(config, vocab_size))
+
+
+def model_line(config: ml_collections.ConfigDict, vocab_size: int, params: nnx.State) -> str:
+    """``model: <what runs>; <n> parameters``, the line a run prints before training."""
+    count = sum(leaf.size for leaf in jax.tree.leaves(params))
+    return f"model: {model_config(config, vocab_size).describe()}; {count:,} parameters"

@@ -38,7 +38,7 @@ from pe_research.mesh import (
     member_sharded,
     replicated,
 )
-from pe_research.model import build_model
+from pe_research.model import build_model, model_line
 from pe_research.runs.checkpoint import abstract_like, run_checkpointer
 from pe_research.runs.lock import RunDirLock
 from pe_research.runs.restore import run_task
@@ -177,6 +177,7 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
     rates = [float(config.train.learning_rate) for config in configs]
     print(f"ensemble of {len(configs)} members on {mesh.shape[MEMBERS_AXIS]} x "
           f"{mesh.shape[DATA_AXIS]} devices (members x data)", flush=True)
+    print(model_line(configs[0], vocab_size, member_params[0]), flush=True)
     steps = make_ensemble_steps(first.graphdef, first.rest, configs[0].train,
                                 [config.seed for config in configs],
                                 rates if len(set(rates)) > 1 else None, mesh)

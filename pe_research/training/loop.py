@@ -36,6 +36,7 @@ from pe_research.mesh import (
     replicated,
     sync_processes,
 )
+from pe_research.model import model_line
 from pe_research.runs.checkpoint import abstract_like, run_checkpointer
 from pe_research.runs.init_from import (
     InitSource,
@@ -190,6 +191,8 @@ def _train_locked(config: ml_collections.ConfigDict, run_dir: Path, task: Any, m
         if jax.process_index() == 0:
             print(f"resuming {run_dir} from step {start} (of {config.train.steps})", flush=True)
     prepare_run_dir(config, run_dir, task, changes, start, initialised)
+    if jax.process_index() == 0:
+        print(model_line(config, task.vocabulary.size, params), flush=True)
 
     writer = make_writer(config.wandb, run_dir, process_index=jax.process_index(),
                          resume_step=start if restored else None, hparams=to_dict(config))
