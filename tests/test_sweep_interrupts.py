@@ -1,0 +1,121 @@
+"""Sweeps interrupted: a killed driver resumes where it stopped, SIGTERM stops its workers,
+a killed ensemble resumes bit-identically."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+
+import numpy as np
+import pytest
+from conftest import REPO, cli_command, subprocess_env
+from sweep_files import (
+    manifest_states,
+    run_params,
+    start_sweep,
+    sweep_command,
+    wait_for,
+    write_sweep,
+)
+
+from pe_research.runs.run_dir import RunDir
+from pe_research.sweeps.state import SweepDir
+
+
+@pytest.mark.slow
+def test_sweep_killed_then_rerun_skips_finished_runs_and_records_failures(tmp_path):
+    # Two grid points of two seeds, plus one whose eval-set folder cannot be created.
+    grid = ('[{"model.pe.type": "rope"}, {"model.pe.type": "alibi"}, '
+            '{"model.pe.type": "rope", "data.eval_cache_dir": "/proc/pe_research_no"}]')
+    sweep_file = write_sweep(tmp_path / "s.py", grid=grid)
+    workdir = tmp_path / "sweep"
+    process = start_sweep(sweep_file, workdir)
+    try:
+        wait_for(lambda: (workdir / "sweep.json").exists()
+                  and "done" in manifest_states(workdir).values())
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    first = manifest_states(SweepDir(workdir).root)
+    finished = [name for name, state in first.items() if state == "done"]
+    assert finished and len(finished) < 6
+    stamps = {name: (workdir / name / "metrics.jsonl").stat().st_mtime for name in finished}
+
+    result = subprocess.run(sweep_command(sweep_file, workdir, "--no-report"), cwd=REPO,
+                            env=subprocess_env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1, result.stderr[-3000:]  # one grid point failed
+    states = manifest_states(workdir)
+    failed = sorted(name for name, state in states.items() if state == "failed")
+    assert failed == ["eval_cache_dir=_proc_pe_research_no,pe.type=rope/seed_0",
+                      "eval_cache_dir=_proc_pe_research_no,pe.type=rope/seed_1"] or \
+        all("eval_cache_dir" in name for name in failed) and len(failed) == 2
+    assert sum(state == "done" for state in states.values()) == 4
+    manifest = json.loads((workdir / "sweep.json").read_text())
+    assert "pe_research_no" in manifest["runs"][failed[0]]["error"]
+    for name, stamp in stamps.items():  # finished runs were not trained again
+        assert (workdir / name / "metrics.jsonl").stat().st_mtime == stamp
+    assert "4 done, 2 failed (of 6 runs)" in result.stdout
+    status = subprocess.run([*cli_command(), "sweep", "status", str(workdir)], cwd=REPO,
+                            env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    assert "4 done, 2 failed" in status.stdout
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_driver_stops_its_workers(tmp_path):
+    # `kill` (or a timeout) signals the driver alone; its workers must not train on unseen.
+    sweep_file = write_sweep(tmp_path / "s.py", grid='[{}]', seeds="(0,)",
+                             **{"train.steps": 100_000})
+    workdir = tmp_path / "sweep"
+    process = start_sweep(sweep_file, workdir)
+    try:
+        wait_for(lambda: (workdir / "sweep.json").exists()
+                  and SweepDir(workdir).read_state(0).get("state") == "running")
+        worker = int(SweepDir(workdir).read_state(0)["pid"])
+        assert _alive(worker)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=120) == 128 + signal.SIGTERM
+        wait_for(lambda: not _alive(worker), timeout=60)
+    finally:  # the workers share the driver's process group: leave nothing behind
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+@pytest.mark.slow
+def test_killed_ensemble_resumes_bit_identically(tmp_path):
+    changes = {"train.steps": 60, "train.checkpoint_every": 20, "train.log_every": 30,
+               "train.eval_every": 0, "data.length_sampling": "mixed"}
+    sweep_file = write_sweep(tmp_path / "s.py", grid='[{"model.pe.type": "rope"}]',
+                             seeds="(0, 1, 2)", **changes)
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    subprocess.run(sweep_command(sweep_file, straight, "--no-report"), cwd=REPO, check=True,
+                   env=subprocess_env(), capture_output=True, timeout=600)
+    process = start_sweep(sweep_file, resumed)
+    member = resumed / "pe.type=rope" / "seed_2" / "checkpoints"
+    try:
+        wait_for(lambda: member.exists() and any(p.name.isdigit() for p in member.iterdir()))
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    assert manifest_states(resumed)["pe.type=rope/seed_2"] in ("interrupted", "running")
+    subprocess.run(sweep_command(sweep_file, resumed, "--no-report"), cwd=REPO, check=True,
+                   env=subprocess_env(), capture_output=True, timeout=600)
+    for seed in (0, 1, 2):
+        a = straight / "pe.type=rope" / f"seed_{seed}"
+        b = resumed / "pe.type=rope" / f"seed_{seed}"
+        for x, y in zip(run_params(a), run_params(b), strict=True):
+            np.testing.assert_array_equal(x, y)
+        losses = [[r.get("train/loss") for r in map(json.loads, RunDir(d).metrics.read_text()
+                                                    .splitlines())] for d in (a, b)]
+        assert losses[0] == losses[1]
