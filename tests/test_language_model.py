@@ -93,7 +93,8 @@ def test_training_windows_are_slices_of_the_training_text(corpus):
 def test_bad_settings_are_refused_in_one_line(corpus):
     for changes, key in (({"eval_fraction": 1.0}, "task.eval_fraction"),
                          ({"eval_tokens": -1}, "task.eval_tokens"),
-                         ({"tokenizer": "bpe"}, "task.tokenizer"),
+                         ({"tokenizer": "sentencepiece"}, "task.tokenizer"),
+                         ({"tokenizer": "bpe", "vocab_size": 256}, "task.vocab_size"),
                          ({"path": ""}, "task.path")):
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             lm_task(corpus, **changes)

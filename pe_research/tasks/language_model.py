@@ -24,11 +24,13 @@ import numpy as np
 
 from pe_research.errors import ConfigError
 from pe_research.tasks.base import LENGTH_SAMPLING, Examples, Task, check_length_range
+from pe_research.tasks.bpe import BYTE_SYMBOLS, bpe_ids, bpe_symbols, bpe_text, learn_bpe
 from pe_research.tasks.dataset_task import Ragged, quiet_datasets
 from pe_research.tasks.text_dataset import BUILDERS, TOKENIZERS, load_split
 from pe_research.tasks.vocabulary import PAD_ID, Vocabulary
 
 TEXT_SUFFIXES = (".txt", ".text", ".md", ".py")
+LM_TOKENIZERS = (*sorted(TOKENIZERS), "bpe")
 
 
 def load_text(path: str, split: str, key: str, cache_dir: str | None) -> datasets.Dataset:
@@ -62,6 +64,13 @@ def token_ids(tokens: datasets.Dataset, vocabulary: Vocabulary) -> np.ndarray:
     return Ragged.from_arrow(ids.with_format("arrow")[:].column("ids")).values
 
 
+def leading_text(texts: Sequence[str], fraction: float) -> Sequence[str]:
+    """The first rows of ``texts`` holding ``fraction`` of its characters (rounded down)."""
+    ends = np.cumsum([len(text) for text in texts])
+    return texts[:int(np.searchsorted(ends, fraction * ends[-1], side="right"))] if len(
+        texts) else texts
+
+
 def corpus_vocabulary(tokens: datasets.Dataset) -> Vocabulary:
     """Every distinct token of the training text, sorted, plus ``<unk>`` for unseen ones."""
     seen: set[str] = set()
@@ -76,11 +85,13 @@ class LanguageModel(Task):
     Config: ``path``, a plain-text file (.txt, .md, .py), a .jsonl/.json/.csv/.parquet file, a
     folder or a hub id, whose ``column`` holds the text (the ``train_split``); ``eval_path`` /
     ``eval_split`` name the held-out text, and when both are empty the last ``eval_fraction`` of
-    the training text is held out. ``tokenizer`` 'char' (every character) or 'word'. Training
-    windows start at uniformly random offsets. The eval set at length n tiles the first
-    ``eval_tokens`` tokens of the held-out text (0: all of it) with non-overlapping windows of n
-    (a last partial window is dropped), so every length scores the same text and a curve moves
-    with the length alone; ``data.eval_samples`` does not apply.
+    the training text is held out. ``tokenizer`` 'char' (every character), 'word' or 'bpe'
+    (byte-level subwords learned from the training text to ``vocab_size`` tokens, never from the
+    held-out part; tasks/bpe.py). Training windows start at uniformly random offsets. The eval
+    set at length n tiles the first ``eval_tokens`` tokens of the held-out text (0: all of it)
+    with non-overlapping windows of n (a last partial window is dropped), so every length
+    scores the same text and a curve moves with the length alone; ``data.eval_samples`` does
+    not apply.
     Example (char level, n=12): ``def f(x):\\n `` (``data show`` writes line breaks as \\n).
     """
 
@@ -93,7 +104,7 @@ class LanguageModel(Task):
     def default_config(cls) -> dict[str, Any]:
         return {"path": "", "column": "text", "train_split": "train", "eval_path": "",
                 "eval_split": "", "eval_fraction": 0.1, "eval_tokens": 32768, "tokenizer": "char",
-                "cache_dir": ""}
+                "vocab_size": 1024, "cache_dir": ""}
 
     @classmethod
     def from_config(cls, task_cfg: Mapping[str, Any], data_cfg: Mapping[str, Any],
@@ -106,9 +117,12 @@ class LanguageModel(Task):
         if not cfg["path"]:
             raise ConfigError("task.path", cfg["path"], "a text file (.txt), a .jsonl/.json/"
                               ".csv/.parquet file or folder, or a hub id")
-        if cfg["tokenizer"] not in TOKENIZERS:
-            raise ConfigError("task.tokenizer", cfg["tokenizer"],
-                              f"choose one of {sorted(TOKENIZERS)}")
+        if cfg["tokenizer"] not in LM_TOKENIZERS:
+            raise ConfigError("task.tokenizer", cfg["tokenizer"], f"choose one of {LM_TOKENIZERS}")
+        size = cfg["vocab_size"]
+        if isinstance(size, bool) or not isinstance(size, int) or size <= BYTE_SYMBOLS:
+            raise ConfigError("task.vocab_size", size, f"the subwords of tokenizer 'bpe': an "
+                              f"integer above its {BYTE_SYMBOLS} byte symbols, e.g. 1024")
         fraction = cfg["eval_fraction"]
         if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not (
                 0 < fraction < 1):
@@ -127,17 +141,21 @@ class LanguageModel(Task):
         cache_dir = cfg["cache_dir"] or None
         train_rows = load_text(cfg["path"], cfg["train_split"], "task.path", cache_dir)
         self._check_column(train_rows, f"split {cfg['train_split']!r} of {cfg['path']!r}")
-        train_tokens = token_lists(train_rows, cfg["column"], cfg["tokenizer"])
-        self.vocabulary = vocabulary or corpus_vocabulary(train_tokens)
-        train_ids = token_ids(train_tokens, self.vocabulary)
+        eval_rows = None
         if cfg["eval_path"] or cfg["eval_split"]:
             eval_rows = load_text(cfg["eval_path"] or cfg["path"], cfg["eval_split"] or "train",
                                   "task.eval_path" if cfg["eval_path"] else "task.eval_split",
                                   cache_dir)
             self._check_column(eval_rows, "the eval text")
-            eval_ids = token_ids(token_lists(eval_rows, cfg["column"], cfg["tokenizer"]),
-                                 self.vocabulary)
+        if cfg["tokenizer"] == "bpe":
+            train_ids, eval_ids = self._bpe_ids(train_rows, eval_rows, vocabulary)
         else:
+            train_tokens = token_lists(train_rows, cfg["column"], cfg["tokenizer"])
+            self.vocabulary = vocabulary or corpus_vocabulary(train_tokens)
+            train_ids = token_ids(train_tokens, self.vocabulary)
+            eval_ids = None if eval_rows is None else token_ids(
+                token_lists(eval_rows, cfg["column"], cfg["tokenizer"]), self.vocabulary)
+        if eval_ids is None:
             cut = int(round(train_ids.size * (1 - float(cfg["eval_fraction"]))))
             train_ids, eval_ids = train_ids[:cut], train_ids[cut:]
         if train_ids.size < 2 or eval_ids.size < 1:
@@ -145,6 +163,35 @@ class LanguageModel(Task):
                               f"{eval_ids.size} eval tokens; give it more text")
         self.train_ids, self.eval_ids = train_ids, eval_ids
         self.max_length = int(train_ids.size)
+
+    def _bpe_ids(self, train_rows: datasets.Dataset, eval_rows: datasets.Dataset | None,
+                 vocabulary: Vocabulary | None) -> tuple[np.ndarray, np.ndarray | None]:
+        """Learn the subwords (from the training part only), set the vocabulary, and return the
+        training text's ids and the eval text's (None when the eval part is cut off later)."""
+        cfg = self.config
+        texts = [str(text) for text in train_rows[cfg["column"]]]
+        learned_from = texts if eval_rows is not None else leading_text(
+            texts, 1 - float(cfg["eval_fraction"]))
+        tokenizer = learn_bpe(learned_from, cfg["vocab_size"])
+        try:
+            learned = Vocabulary(bpe_symbols(tokenizer))
+        except ValueError as error:  # a learned subword spells a special token, e.g. "<pad>"
+            raise ConfigError("task.tokenizer", "bpe", f"{error}; remove that text from the "
+                              "corpus or use tokenizer 'char'") from None
+        if vocabulary is not None and vocabulary != learned:
+            raise ConfigError("task.path", cfg["path"], "the subwords learned from this text "
+                              "differ from the run's vocabulary.json (the text or the tokenizers "
+                              "version changed); evaluate on the text the run was trained on")
+        self.vocabulary = learned
+
+        def ids(rows: Sequence[str]) -> np.ndarray:
+            pieces = bpe_ids(tokenizer, rows)
+            flat = np.fromiter((i for piece in pieces for i in piece), np.int32)
+            return flat + np.int32(learned.first_symbol_id)
+
+        eval_ids = None if eval_rows is None else ids(
+            [str(text) for text in eval_rows[cfg["column"]]])
+        return ids(texts), eval_ids
 
     def _check_column(self, rows: datasets.Dataset, where: str) -> None:
         if self.config["column"] not in rows.column_names:
@@ -157,7 +204,9 @@ class LanguageModel(Task):
 
     def format_example(self, source_ids: Iterable[int], target_ids: Iterable[int]) -> str:
         """The window on one line, line breaks and tabs written as ``\\n`` and ``\\t``."""
-        text = self.separator.join(self.vocabulary.decode(target_ids))
+        tokens = self.vocabulary.decode(target_ids)
+        text = bpe_text(tokens) if self.config["tokenizer"] == "bpe" else self.separator.join(
+            tokens)
         return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t")
 
     # -- lengths -----------------------------------------------------------------------
