@@ -291,3 +291,24 @@ def test_groups_named_by_numbers_are_ordered_by_value():
     names = ["max_position=1024", "max_position=128", "max_position=0", "alibi", "pe.type=rope"]
     assert sorted(names, key=natural_key) == ["alibi", "max_position=0", "max_position=128",
                                               "max_position=1024", "pe.type=rope"]
+
+
+def test_a_run_written_before_a_key_existed_compares_with_newer_runs(run_dirs, tmp_path):
+    """A config.json that lacks a key added since (here the task's alphabet_size) reads as its
+    default: compare and the sweep report put it with the runs that name the default."""
+    import json
+
+    from pe_research.sweeps.report import comparison_groups
+
+    path = run_dirs[2] / "config.json"
+    stored = json.loads(path.read_text())
+    del stored["task"]["alphabet_size"]
+    path.write_text(json.dumps(stored))
+    paths = compare_runs(run_dirs, tmp_path / "out")  # before: "runs differ in task"
+    assert "mixed task settings" not in paths["markdown"].read_text()
+    manifest = {"runs": {f"{d.parent.name}/{d.name}": {"state": "done"} for d in run_dirs}}
+    assert list(comparison_groups(manifest, run_dirs[0].parents[1]).values()) == [run_dirs]
+    stored["task"]["alphabet_size"] = 3  # a real difference still splits them
+    path.write_text(json.dumps(stored))
+    with pytest.raises(ConfigError, match="runs differ in task"):
+        compare_runs(run_dirs, tmp_path / "out2")

@@ -13,6 +13,7 @@ from pe_research.config.files import (
     load_config,
     load_run_config,
     load_user_module,
+    read_run_config,
     save_config,
     to_dict,
 )
@@ -38,5 +39,5 @@ __all__ = [
     "best_mode", "call_user_code", "collect_overrides", "complete", "default_task_block",
     "flat_config", "from_mapping", "load_config", "load_run_config", "load_user_module",
     "override_text",
-    "parse_value", "save_config", "split_override", "to_dict", "validate_config",
+    "parse_value", "read_run_config", "save_config", "split_override", "to_dict", "validate_config",
 ]

@@ -106,6 +106,12 @@ def save_config(config: ml_collections.ConfigDict, run_dir: str | Path,
     return atomic_write_text(path, json.dumps(values, indent=2, sort_keys=True) + "\n")
 
 
+def read_run_config(run_dir: str | Path) -> dict[str, Any]:
+    """A run's ``config.json`` as plain values, completed with today's defaults: keys added
+    since the run was written read as their defaults, so old and new runs compare."""
+    return to_dict(from_mapping(RunDir(run_dir).read_config()))
+
+
 def load_run_config(run_dir: str | Path, overrides: Sequence[str] = (), *,
                     validate: bool = True) -> ml_collections.ConfigDict:
     """The config saved in a run directory, completed, overridden and validated."""

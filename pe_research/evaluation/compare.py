@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from pe_research.atomic_files import atomic_open, atomic_write_text
+from pe_research.config.files import read_run_config
 from pe_research.config.naming import short_keys
 from pe_research.errors import ConfigError
 from pe_research.evaluation.finding import comparison_finding
@@ -130,7 +131,7 @@ def load_curve(run_dir: str | Path, metric: str = HEADLINE,
     run_dir = Path(run_dir)
     if not paths.is_run():
         raise ConfigError("RUN_DIR", str(run_dir), f"not a run directory (no {paths.config.name})")
-    config = paths.read_config()
+    config = read_run_config(run_dir)
     group = group_label(config, group_by)
     path = paths.eval_results(eval_name)
     results = read_results(path) if path.is_file() else {"rows": []}
@@ -166,7 +167,7 @@ def default_metric(run_dirs: Sequence[str | Path]) -> str:
     """The tasks' headline (exact match as decoded; perplexity for language modelling); exact
     match at the oracle length when every run was trained without the end token
     (``train.predict_eos`` False) on a task that decodes, whose free decodes never stop."""
-    configs = [RunDir(d).read_config() for d in run_dirs if RunDir(d).is_run()]
+    configs = [read_run_config(d) for d in run_dirs if RunDir(d).is_run()]
     headlines = {headline_for(c["task"]["name"]) for c in configs}
     if len(headlines) == 1 and headlines != {HEADLINE}:
         return headlines.pop()

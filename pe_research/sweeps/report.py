@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pe_research.atomic_files import atomic_write_text
+from pe_research.config.files import read_run_config
 from pe_research.config.naming import value_name
 from pe_research.evaluation.compare import compare_runs, config_value, has_key
 from pe_research.evaluation.paper_table import write_paper_table
@@ -52,7 +53,7 @@ def comparison_groups(manifest: Mapping[str, Any], root: Path) -> dict[str, list
         if run["state"] != "done":
             continue
         run_dir = root / relative
-        config = RunDir(run_dir).read_config()
+        config = read_run_config(run_dir)
         kind = json.dumps([config["task"], config["data"]["train_lengths"]], sort_keys=True)
         if kind not in kinds:
             low, high = config["data"]["train_lengths"]
@@ -65,7 +66,7 @@ def comparison_groups(manifest: Mapping[str, Any], root: Path) -> dict[str, list
 def varying_keys(run_dirs: Sequence[Path], keys: Sequence[str]) -> list[str]:
     """The keys of ``keys`` whose value differs between the runs; a key some runs' configs
     lack (a scheme's own, such as ``model.pe.max_len``) differs where others have it."""
-    configs = [RunDir(run_dir).read_config() for run_dir in run_dirs]
+    configs = [read_run_config(run_dir) for run_dir in run_dirs]
     return [key for key in keys
             if len({json.dumps(config_value(config, key) if has_key(config, key) else None)
                      for config in configs}) > 1]
@@ -79,7 +80,7 @@ def separating_keys(run_dirs: Sequence[Path], keys: Sequence[str]) -> tuple[list
     it (a learned table's ``model.pe.max_len``, or ``train.steps`` set per scheme). Keys are
     dropped from the last, so the sweep's first keys name the groups.
     """
-    configs = [RunDir(run_dir).read_config() for run_dir in run_dirs]
+    configs = [read_run_config(run_dir) for run_dir in run_dirs]
 
     def groups(chosen: Sequence[str]) -> set[tuple[int, ...]]:
         labels = [json.dumps([config_value(c, k) if has_key(c, k) else None for k in chosen])
@@ -126,7 +127,7 @@ def report(sweep_dir: SweepDir, *, reevaluate: bool = False) -> dict[str, Path]:
                          + ".", ""]
     finished = [run_dir for run_dirs in comparison_groups(manifest, sweep_dir.root).values()
                 for run_dir in run_dirs]
-    if len({RunDir(d).read_config()["task"]["name"] for d in finished}) > 1:
+    if len({read_run_config(d)["task"]["name"] for d in finished}) > 1:
         table = write_paper_table(finished, sweep_dir.report)
         written["paper_table"] = table["markdown"]
         sections += [table["markdown"].read_text().replace("# ", "## ", 1),
