@@ -127,5 +127,14 @@ def test_perplexity_sentence_names_who_holds_at_the_longest_window(flat, rising)
                     f"seed; {flat} lowest). At length 1024, {flat} stays within 10% of its own "
                     f"(1.05x), while {rising} rises to 44 (10x).")
     both = perplexity_sentence({flat: [5.0, 4.0, 3.9, 4.0], rising: [5.5, 4.4, 4.0, 4.6]})
-    assert both.endswith("every one stays within 10% of it (1x and 1.05x).")
+    assert both.endswith(f"every one stays within 10% of its own: {flat} 1x and {rising} 1.05x.")
+
+
+def test_names_holding_commas_are_listed_with_semicolons():
+    from pe_research.evaluation.wording import name_list
+
+    assert name_list(["rope"]) == "rope"
+    assert name_list(["rope", "alibi", "t5"]) == "rope, alibi and t5"
+    assert name_list(["pe.type=dape, base=alibi", "pe.type=dape, base=t5", "pe.type=rope"]) == (
+        "pe.type=dape, base=alibi; pe.type=dape, base=t5 and pe.type=rope")
 

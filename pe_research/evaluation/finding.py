@@ -23,19 +23,15 @@ import numpy as np
 
 from pe_research.evaluation.metrics import Metric
 from pe_research.evaluation.perplexity_finding import describe_perplexity
+from pe_research.evaluation.wording import name_list
 
 LEARNED = 0.95
 PART_WAYS = 0.10
 
 
-def _names(names: Sequence[str]) -> str:
-    """'a', 'a and b', 'a, b and c'."""
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
-
-
 def _percents(values: Sequence[float]) -> str:
     """'35%' or '35% and 32%'."""
-    return _names([f"{100 * v:.0f}%" for v in values])
+    return name_list([f"{100 * v:.0f}%" for v in values])
 
 
 def describe_comparison(groups: Mapping[str, Mapping[str, Any]],
@@ -60,7 +56,7 @@ def describe_comparison(groups: Mapping[str, Mapping[str, Any]],
     low, high = train_lengths
     short = [name for name in summaries if not summaries[name]["in_dist_mean"] >= learned]
     under = (f" With these settings the training lengths {low}-{high} themselves fall below "
-             f"{100 * learned:.0f}% {what} for {_names(short)} "
+             f"{100 * learned:.0f}% {what} for {name_list(short)} "
              f"({_percents([summaries[n]['in_dist_mean'] for n in short])} on average)."
              if short else "")
     return (f"Measured with {setting}, which the runs were not trained with (whether they "
@@ -88,7 +84,7 @@ def _sentence(groups: Mapping[str, Mapping[str, Any]],
     if short:
         scores = _percents([worst[name] for name in short])
         head = (f"No {each} learned the training lengths {low}-{high}" if len(short) == len(names)
-                else f"{_names(short)} did not learn the training lengths {low}-{high}")
+                else f"{name_list(short)} did not learn the training lengths {low}-{high}")
         seed = " on the weakest seed" if any(summaries[n]["runs"] > 1 for n in short) else ""
         return (f"{head} ({scores} {fit_what} in distribution{seed}, below "
                 f"{100 * learned:.0f}%), "
@@ -138,10 +134,10 @@ def _ranking(groups: Mapping[str, Mapping[str, Any]], summaries: Mapping[str, Ma
     at = _widest_length(groups, top, bottom, high)
     top_at = [float(groups[n]["mean"][groups[n]["lengths"] == at][0]) for n in top]
     bottom_at = [float(groups[n]["mean"][groups[n]["lengths"] == at][0]) for n in bottom]
-    return (f"{everyone}; beyond {high} the curves part ways: {_names(top)} "
+    return (f"{everyone}; beyond {high} the curves part ways: {name_list(top)} "
             f"extrapolate{'s' if len(top) == 1 else ''} furthest ({_percents(ood[:cut + 1])} "
             f"mean {what} over lengths {high + 1}-{longest}, {_percents(top_at)} at length {at}), "
-            f"while {_names(bottom)} fall{'s' if len(bottom) == 1 else ''} to "
+            f"while {name_list(bottom)} fall{'s' if len(bottom) == 1 else ''} to "
             f"{_percents(ood[cut + 1:])} ({_percents(bottom_at)} at length {at}).")
 
 

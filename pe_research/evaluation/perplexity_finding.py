@@ -12,15 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pe_research.evaluation.wording import name_list
+
 HOLDS = 1.10
 
 
-def _names(names: Sequence[str]) -> str:
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
-
-
 def _values(values: Sequence[float], suffix: str = "") -> str:
-    return _names([f"{v:.3g}{suffix}" for v in values])
+    return name_list([f"{v:.3g}{suffix}" for v in values])
 
 
 def describe_perplexity(groups: Mapping[str, Mapping[str, Any]],
@@ -52,16 +50,16 @@ def describe_perplexity(groups: Mapping[str, Mapping[str, Any]],
             f"perplexity {min(trained.values()):.3g}-{max(trained.values()):.3g} (mean over "
             f"{seed_note}; {best} lowest). At length {longest}, ")
     if not rose:
-        return head + (f"every one stays within {100 * (holds - 1):.0f}% of it "
-                       f"({_values([ratio[n] for n in order], 'x')}).")
+        return head + (f"every one stays within {100 * (holds - 1):.0f}% of its own: "
+                       + name_list([f"{n} {ratio[n]:.3g}x" for n in order]) + ".")
     if not held:
         return head + (f"every one rises more than {100 * (holds - 1):.0f}% above it: "
-                       f"{_names(rose)} reach{'es' if len(rose) == 1 else ''} "
+                       f"{name_list(rose)} reach{'es' if len(rose) == 1 else ''} "
                        f"{_values([at[n] for n in rose])} "
                        f"({_values([ratio[n] for n in rose], 'x')}).")
     one = len(held) == 1
-    return head + (f"{_names(held)} stay{'s' if one else ''} within {100 * (holds - 1):.0f}% "
+    return head + (f"{name_list(held)} stay{'s' if one else ''} within {100 * (holds - 1):.0f}% "
                    f"of {'its' if one else 'their'} own "
-                   f"({_values([ratio[n] for n in held], 'x')}), while {_names(rose)} "
+                   f"({_values([ratio[n] for n in held], 'x')}), while {name_list(rose)} "
                    f"rise{'s' if len(rose) == 1 else ''} to {_values([at[n] for n in rose])} "
                    f"({_values([ratio[n] for n in rose], 'x')}).")
