@@ -190,6 +190,9 @@ def test_every_training_range_is_marked_on_a_mixed_plot():
     xs = axes.transData.inverted().transform(span.get_verts())[:, 0]  # any matplotlib >= 3.8
     np.testing.assert_allclose((xs.min(), xs.max()), (0.5, 6.5))
     assert sorted(line.get_xdata()[0] for line in lines) == [4.5, 6.5]
+    single = matplotlib.pyplot.figure().add_subplot()
+    mark_training_ranges(single, [(64, 64)])
+    assert single.patches[0].get_label() == "training length 64"
     matplotlib.pyplot.close(figure)
 
 
