@@ -154,7 +154,11 @@ def main() -> None:
                                      axis=0))
         trained.add(high)
         values = [float(np.exp(losses[a:b].mean())) for a, b in spans]
-        name = f"{config.model.pe.type} ({len(runs)} seeds)"
+        pe = config.model.pe
+        scheme = pe.type + (f" over {pe.base}" if "base" in pe else "")  # DAPE names its base
+        name = f"{scheme} ({len(runs)} seeds)"
+        if name in record:  # two groups of one scheme: name them by their folders
+            name = f"{runs[0].parent.name} ({len(runs)} seeds)"
         print(f"| {name} | " + " | ".join(f"{v:.2f}" for v in values)
               + f" | {short:.2f} / {long:.2f} / {long / short:.2f}x |")
         record[name] = {"bands": spans, "perplexity": values,
