@@ -44,9 +44,9 @@ def mark_training_ranges(axes: plt.Axes, ranges: Sequence[Sequence[int]]) -> Non
     """Shade the lengths any of ``ranges`` trained on, with a line at each one's longest."""
     ranges = sorted({(int(low), int(high)) for low, high in ranges})
     names = ", ".join(f"{low}-{high}" if low != high else f"{low}" for low, high in ranges)
-    single = f"{ranges[0][0]}" if len(ranges) == 1 and ranges[0][0] == ranges[0][1] else None
+    plural = "" if len(ranges) == 1 and ranges[0][0] == ranges[0][1] else "s"
     axes.axvspan(min(low for low, _ in ranges) - 0.5, max(high for _, high in ranges) + 0.5,
-                 color="0.9", zorder=0, label=f"training length{'s' * (names != single)} {names}")
+                 color="0.9", zorder=0, label=f"training length{plural} {names}")
     for high in sorted({high for _, high in ranges}):
         axes.axvline(high + 0.5, color="0.4", linestyle=":", linewidth=1)
 
