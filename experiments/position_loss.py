@@ -35,6 +35,7 @@ from pe_research import data
 from pe_research.cli.script import run_script, write_outputs
 from pe_research.config import load_run_config
 from pe_research.errors import UsageError
+from pe_research.evaluation.plots import label_log_axis
 from pe_research.runs.restore import LoadedRun, load_run
 from pe_research.runs.run_dir import grid_point_runs
 from pe_research.tasks.base import Examples
@@ -106,7 +107,6 @@ def draw(record: dict, length: int, trained: set[int]) -> Figure:
     """Perplexity per band of positions, a step curve per group (log axes), training marked."""
     figure = Figure(figsize=(7.5, 4.2), layout="constrained")
     axes = figure.subplots()
-    plain = FuncFormatter(lambda value, _: f"{value:g}")
     for name, numbers in record.items():
         spans = numbers["bands"]
         edges = [max(a, 1) for a, _ in spans] + [spans[-1][1]]  # position 0 drawn from 1
@@ -114,13 +114,13 @@ def draw(record: dict, length: int, trained: set[int]) -> Figure:
     for high in sorted(trained):
         axes.axvline(high, color="0.4", linestyle=":", linewidth=1,
                      label=f"training length {high}")
-    axes.set(xscale="log", yscale="log", xlim=(1, length),
+    axes.set(xscale="log", xlim=(1, length),
              xlabel="position in the window (tokens; bands 0-15, 16-31, 32-63, ...)",
              ylabel="perplexity of the tokens at these positions",
              title=f"Perplexity by position in windows of {length} tokens (mean over seeds)")
-    for axis in (axes.xaxis, axes.yaxis):
-        axis.set_major_formatter(plain)
-        axis.set_minor_formatter(plain if axis is axes.yaxis else NullFormatter())
+    axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axes.xaxis.set_minor_formatter(NullFormatter())
+    label_log_axis(axes)
     axes.legend(fontsize=8, loc="upper left")
     return figure
 

@@ -221,6 +221,30 @@ def test_no_two_groups_are_drawn_alike(count, tmp_path, monkeypatch):
     matplotlib.pyplot.close("all")
 
 
+@pytest.mark.parametrize(("low", "high", "ends", "labels"), [
+    (4.3, 17.3, (3, 20), ["3", "5", "7", "10", "15", "20"]),  # within 1.5 decades: 1-1.5-2-3-5-7
+    (4.3, 300.0, (2, 500), ["2", "5", "10", "20", "50", "100", "200", "500"]),
+    (3.0, 4e4, (1, 1e5), ["1", "10", "100", "1000", "10000", "100000"]),
+])
+def test_a_log_axis_ends_at_labelled_ticks_around_the_data(low, high, ends, labels, tmp_path,
+                                                          monkeypatch):
+    kept = []
+    monkeypatch.setattr(matplotlib.pyplot, "close", kept.append)  # keep the figure to read it
+    x, curve = np.arange(1, 8), np.geomspace(low, high, 7)
+    groups = {"alibi": {"lengths": x, "mean": curve, "std": 0 * curve, "best": curve,
+                        "runs": np.array(2)}}
+    plot_comparison(groups, [(1, 4)], "perplexity", "t", tmp_path / "c.png")
+    axes = kept[0].axes[0]
+    kept[0].canvas.draw()
+    bottom, top = axes.get_ylim()
+    assert (bottom, top) == pytest.approx(ends)
+    shown = [tick.get_text() for tick in axes.get_yticklabels()
+             if bottom * 0.999 <= tick.get_position()[1] <= top * 1.001]
+    assert shown == labels
+    assert not any(tick.get_text() for tick in axes.yaxis.get_minorticklabels())
+    matplotlib.pyplot.close("all")
+
+
 def test_cli_takes_a_glob_and_a_group_key(run_dirs, tmp_path, capsys):
     pattern = str(run_dirs[0].parent / "*")
     out = tmp_path / "by_seed"

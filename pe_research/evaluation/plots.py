@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
@@ -51,6 +52,33 @@ def mark_training_ranges(axes: plt.Axes, ranges: Sequence[Sequence[int]]) -> Non
         axes.axvline(high + 0.5, color="0.4", linestyle=":", linewidth=1)
 
 
+def _log_ticks(decades: float) -> tuple[float, ...]:
+    """Mantissas labelled on a log axis spanning ``decades``: finer when it spans fewer."""
+    return (1, 1.5, 2, 3, 5, 7) if decades <= 1 else (1, 2, 5) if decades <= 3 else (1,)
+
+
+def _round_log(value: float, mantissas: Sequence[float], up: bool) -> float:
+    """The nearest of ``mantissas`` x 10^k at or above (``up``) or below ``value`` (> 0)."""
+    exponent = math.floor(math.log10(value))
+    ticks = [m * 10.0 ** e for e in range(exponent - 1, exponent + 2) for m in mantissas]
+    tolerance = 1e-9 * value
+    return (min(t for t in ticks if t >= value - tolerance) if up
+            else max(t for t in ticks if t <= value + tolerance))
+
+
+def label_log_axis(axes: plt.Axes) -> None:
+    """A log y axis whose ends are labelled ticks (1-2-5 or finer) in plain numbers (5, 10,
+    20), so the highest and lowest points always lie between two labelled values."""
+    axes.set_yscale("log")
+    low, high = axes.get_ylim()
+    decades = math.log10(high / low)
+    mantissas = _log_ticks(decades)
+    axes.set_ylim(_round_log(low, mantissas, up=False), _round_log(high, mantissas, up=True))
+    axes.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=mantissas))
+    axes.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    axes.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+
+
 LEGEND_INSIDE = 6  # legend entries drawn inside the axes; more go beside them
 LEGEND_ENTRY_INCHES = 0.18  # one legend row at fontsize 8 (12 pt of text and spacing) + margin
 DEFAULT_COLORS = 10  # matplotlib's default cycle; more groups would repeat its colours
@@ -73,11 +101,8 @@ def _finish(figure: plt.Figure, axes: plt.Axes, title: str, ylabel: str, path: P
     axes.set_ylabel(textwrap.fill(ylabel, int(9 * figure.get_size_inches()[1])))
     if percent:
         axes.set_ylim(-2, 102)
-    if log:  # plain numbers at the ticks (5, 10, 20), not powers of ten
-        axes.set_yscale("log")
-        plain = matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}")
-        axes.yaxis.set_major_formatter(plain)
-        axes.yaxis.set_minor_formatter(plain)
+    if log:
+        label_log_axis(axes)
     width, height = figure.get_size_inches()
     entries = len(axes.get_legend_handles_labels()[1])
     if entries > LEGEND_INSIDE:  # a long legend would hide the curves: put it beside them
