@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -11,6 +10,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from conftest import subprocess_env
 from jax.sharding import Mesh, PartitionSpec
 
 from pe_research import data
@@ -68,8 +68,8 @@ EIGHT_DEVICES = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_global_batch_on_eight_simulated_devices():
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-           "JAX_PLATFORMS": "cpu"}
+    env = subprocess_env(XLA_FLAGS="--xla_force_host_platform_device_count=8",
+                         JAX_PLATFORMS="cpu")
     result = subprocess.run([sys.executable, "-c", EIGHT_DEVICES], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -1,11 +1,15 @@
-"""K train steps in one call give the K steps of K calls, bit for bit, with one compile."""
+"""K train steps in one call give the K steps of K calls, bit for bit, with one compile.
+
+The bit-for-bit comparisons run in a child pytest at XLA's default optimization level, where
+they hold (the suite compiles at level 0, where grouped and single steps differ in the last bit).
+"""
 
 from __future__ import annotations
 
 import jax
 import numpy as np
 import pytest
-from conftest import DEFAULT_CONFIG, tiny_overrides
+from conftest import DEFAULT_CONFIG, ran_at_default_optimization, tiny_overrides
 from flax import nnx
 
 from pe_research import data
@@ -81,7 +85,9 @@ def test_a_steps_per_call_that_cannot_group_the_run_is_a_config_error(changes, f
 
 
 @pytest.mark.slow
-def test_grouped_steps_equal_one_step_per_call_bit_for_bit_with_one_compile(tmp_path):
+def test_grouped_steps_equal_one_step_per_call_bit_for_bit_with_one_compile(tmp_path, request):
+    if ran_at_default_optimization(request):
+        return
     runs = {}
     for k in (1, 4, 0):
         run_dir = tmp_path / f"k{k}"
@@ -97,7 +103,10 @@ def test_grouped_steps_equal_one_step_per_call_bit_for_bit_with_one_compile(tmp_
 
 
 @pytest.mark.slow
-def test_a_run_resumed_with_another_steps_per_call_equals_an_uninterrupted_one(tmp_path):
+def test_a_run_resumed_with_another_steps_per_call_equals_an_uninterrupted_one(tmp_path,
+                                                                            request):
+    if ran_at_default_optimization(request):
+        return
     whole, parts = tmp_path / "whole", tmp_path / "parts"
     train(config_with(**{"train.steps_per_call": 1}), whole)
     train(config_with(**{"train.steps_per_call": 2, "train.steps": 12}), parts)
@@ -131,7 +140,9 @@ def test_divergence_inside_a_call_stops_at_the_same_step_before_any_checkpoint_o
 
 
 @pytest.mark.slow
-def test_ensemble_members_grouped_equal_members_one_step_per_call(tmp_path):
+def test_ensemble_members_grouped_equal_members_one_step_per_call(tmp_path, request):
+    if ran_at_default_optimization(request):
+        return
     runs = {}
     for k in (1, 4):
         configs = []
