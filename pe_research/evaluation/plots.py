@@ -54,7 +54,9 @@ def mark_training_ranges(axes: plt.Axes, ranges: Sequence[Sequence[int]]) -> Non
 
 def _log_ticks(decades: float) -> tuple[float, ...]:
     """Mantissas labelled on a log axis spanning ``decades``: finer when it spans fewer."""
-    return (1, 1.5, 2, 3, 5, 7) if decades <= 1 else (1, 2, 5) if decades <= 3 else (1,)
+    if decades <= 1:
+        return (1, 1.5, 2, 3, 5, 7)
+    return (1, 2, 3, 5, 7) if decades <= 2 else (1, 2, 5) if decades <= 3 else (1,)
 
 
 def _round_log(value: float, mantissas: Sequence[float], up: bool) -> float:
