@@ -5,8 +5,8 @@ language_model_cpu.py at a second training length: windows of 128 characters ins
 on 16 to 2,048 characters (16x the training length, as 1,024 was for 64). ALiBi's paper shows
 its fig. 1 ordering at two training lengths (512 and 1,024); this asks whether the CPU-scale
 ordering and ALiBi's flat curve hold when the training length doubles. ALiBi's four schemes,
-Kerple (log) and NoPE, two seeds each. docs/results.md has the first four (about 12 min per pair
-of seeds, two pairs at a time on 2 cores); the same command trains the other two and reports all.
+Kerple (log) and NoPE, two seeds each: about 12 min per pair of seeds, two pairs at a time on 2
+cores. docs/results.md has all six.
 """
 
 from pathlib import Path
