@@ -29,13 +29,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.ticker import NullFormatter
 
 from pe_research import data
 from pe_research.cli.script import run_script, write_outputs
 from pe_research.config import load_run_config
 from pe_research.errors import UsageError
-from pe_research.evaluation.plots import label_log_axis
+from pe_research.evaluation.plots import label_log_axis, plain_numbers
 from pe_research.runs.restore import LoadedRun, load_run
 from pe_research.runs.run_dir import grid_point_runs
 from pe_research.tasks.base import Examples
@@ -118,7 +118,7 @@ def draw(record: dict, length: int, trained: set[int]) -> Figure:
              xlabel="position in the window (tokens; bands 0-15, 16-31, 32-63, ...)",
              ylabel="perplexity of the tokens at these positions",
              title=f"Perplexity by position in windows of {length} tokens (mean over seeds)")
-    axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axes.xaxis.set_major_formatter(plain_numbers())
     axes.xaxis.set_minor_formatter(NullFormatter())
     label_log_axis(axes)
     axes.legend(fontsize=8, loc="upper left")

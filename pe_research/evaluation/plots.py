@@ -68,16 +68,21 @@ def _round_log(value: float, mantissas: Sequence[float], up: bool) -> float:
             else max(t for t in ticks if t <= value + tolerance))
 
 
+def plain_numbers() -> matplotlib.ticker.Formatter:
+    """Tick labels as plain numbers (5, 10, 20), not powers of ten."""
+    return matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}")
+
+
 def label_log_axis(axes: plt.Axes) -> None:
-    """A log y axis whose ends are labelled ticks (1-2-5 or finer) in plain numbers (5, 10,
-    20), so the highest and lowest points always lie between two labelled values."""
+    """A log y axis whose ends are labelled ticks (``_log_ticks``: 1-1.5-2-3-5-7 down to powers
+    of ten as the span grows), so the highest and lowest points lie between labelled values."""
     axes.set_yscale("log")
     low, high = axes.get_ylim()
     decades = math.log10(high / low)
     mantissas = _log_ticks(decades)
     axes.set_ylim(_round_log(low, mantissas, up=False), _round_log(high, mantissas, up=True))
     axes.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=mantissas))
-    axes.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    axes.yaxis.set_major_formatter(plain_numbers())
     axes.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 
 
