@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 import jax
-from step_timing import groups, memory_gb, peak_flops, program, run, timed
+from step_timing import groups, memory_gb, peak_flops, program, program_flops, run, timed
 
 from pe_research import data
 from pe_research.config import collect_overrides, load_config
@@ -101,9 +101,8 @@ def main() -> None:
         compile_s, step_s = timed(program(steps, per_call), stacked_params, stacked_opt,
                                   groups(member_batches, per_call), args.steps,
                                   per_call=per_call)
-        flops = steps.train.lower(stacked_params, stacked_opt, member_batches[0], 0) \
-            .compile().cost_analysis()
-        flops = (flops[0] if isinstance(flops, list) else flops or {}).get("flops", float("nan"))
+        flops = program_flops(steps.train.lower(stacked_params, stacked_opt, member_batches[0],
+                                                0)) or float("nan")
         mfu = f"{100 * flops / step_s / peak:.1f}%" if peak else "-"
         memory = memory_gb(device)
         sequential = members * single_step

@@ -4,6 +4,9 @@ and ending on bad input with one line."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
+import re
 import statistics
 import sys
 import time
@@ -35,6 +38,52 @@ def peak_flops(device: jax.Device) -> float | None:
     """The device's dense bf16 peak from ``PEAK_FLOPS``, or None when unknown (CPUs)."""
     kind = getattr(device, "device_kind", "")
     return next((peak for name, peak in PEAK_FLOPS.items() if name in kind), None)
+
+
+def program_flops(lowered: Any) -> float | None:
+    """FLOPs of one call from XLA's cost analysis of the lowered, not yet optimised program, or,
+    where the backend has none (GPU plugins), of its matrix products alone (``matmul_flops``).
+
+    Not the compiled program's analysis: after GPU compilation matrix products are library calls
+    that it does not count (it gave a tenth of the FLOPs on an H200). A loop's body is counted
+    once, so a K-step program reports one step.
+    """
+    cost = lowered.cost_analysis()
+    cost = cost[0] if isinstance(cost, list | tuple) else cost
+    if cost and "flops" in cost:
+        return float(cost["flops"])
+    return matmul_flops(lowered.as_text()) or None
+
+
+_NAME = r'@("[^"]+"|[\w.$]+)'  # a function's name, quoted when it is no identifier
+_FUNCTION = re.compile(r"func\.func \w+ " + _NAME)
+_CALL = re.compile(r"\bcall " + _NAME)
+_DOT = re.compile(r"stablehlo\.dot_general .*?contracting_dims = \[([\d, ]*)\] x .*?"
+                  r": \(tensor<((?:\d+x)*)\w+>.*?-> tensor<((?:\d+x)*)\w+>")
+
+
+def matmul_flops(stablehlo: str) -> float:
+    """2 x output size x contracted size, summed over every ``dot_general`` of a StableHLO
+    module's text, each function's as often as it is called from ``main`` (loop bodies once)."""
+    own: dict[str, float] = {}
+    calls: dict[str, list[str]] = {}
+    name = ""
+    for line in stablehlo.splitlines():
+        if function := _FUNCTION.search(line):
+            name = function.group(1)
+            own[name], calls[name] = 0.0, []
+        elif dot := _DOT.search(line):
+            lhs = [int(d) for d in dot.group(2).split("x") if d]
+            out = [int(d) for d in dot.group(3).split("x") if d]
+            contracted = [lhs[int(i)] for i in dot.group(1).split(",") if i.strip()]
+            own[name] += 2.0 * math.prod(out) * math.prod(contracted)
+        calls.setdefault(name, []).extend(_CALL.findall(line))
+
+    @functools.cache
+    def total(function: str) -> float:
+        return own.get(function, 0.0) + sum(total(callee) for callee in calls.get(function, []))
+
+    return total("main")
 
 
 def memory_gb(device: jax.Device) -> float | None:
@@ -92,6 +141,7 @@ class CompiledStep:
     batches: list[dict]
     compile_s: float
     per_call: int = 1
+    flops: float | None = None  # one step's, from the lowered program (``program_flops``)
 
     @property
     def inputs(self) -> list[Any]:
@@ -110,7 +160,8 @@ def compile_train_step(config, batch_count: int = 4, per_call: int = 1) -> Compi
     batches = [data.global_batch(data.train_batch(task, config.data, config.seed, i), mesh)
                for i in range(batch_count)]
     start = time.perf_counter()
-    compiled = program(compiled_steps, per_call).lower(
-        params, opt_state, groups(batches, per_call)[0], 0).compile()
+    lowered = program(compiled_steps, per_call).lower(
+        params, opt_state, groups(batches, per_call)[0], 0)
+    compiled = lowered.compile()
     return CompiledStep(compiled_steps, compiled, params, opt_state, batches,
-                        time.perf_counter() - start, per_call)
+                        time.perf_counter() - start, per_call, program_flops(lowered))

@@ -21,10 +21,10 @@ tokens/s (source + target tokens of the batch per second), the median step time 
 after warm-up (``block_until_ready``), compile time, the step's memory from XLA's memory
 analysis (arguments + outputs + temporaries - donated) and the device's peak so far where the
 backend reports it (shapes run from small to large, so it is that shape's), FLOPs per step from
-XLA's cost analysis of the one-step xla-attention program (a cuDNN custom call reports none, and
-a K-step program's loop is counted once; the math is the same) and MFU against the device's
-dense bf16 peak (``step_timing.PEAK_FLOPS``: H100/H200 989 TFLOP/s, A100 312); on a CPU, FLOP/s
-only. A combination that fails prints its one-line error in its row.
+XLA's cost analysis of the lowered, unoptimised xla-attention program (``program_flops``: the
+same count on every backend; a cuDNN custom call reports none, so its rows take the xla count)
+and MFU against the device's dense bf16 peak (``step_timing.PEAK_FLOPS``: H100/H200 989 TFLOP/s,
+A100 312); on a CPU, FLOP/s only. A combination that fails prints its one-line error in its row.
 """
 
 from __future__ import annotations
@@ -68,13 +68,6 @@ def shape_config(name: str, implementation: str, dtype: str, overrides: list[str
     return load_config(CONFIGS / file, [*base, f"--config.data.buckets={config.data.buckets}"])
 
 
-def xla_cost(compiled) -> float | None:
-    """FLOPs of one call from XLA's cost analysis (a dict, or a list of one in older JAX)."""
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, list | tuple) else cost
-    return float(cost["flops"]) if cost and "flops" in cost else None
-
-
 def step_memory_gb(compiled) -> float | None:
     """Arguments + outputs + temporaries - donated buffers of the compiled step, in GiB."""
     analysis = compiled.memory_analysis()
@@ -86,14 +79,14 @@ def step_memory_gb(compiled) -> float | None:
 
 
 def measure(config, steps: int, per_call: int) -> dict:
-    """Compile time, median step time, tokens per step, FLOPs (one-step programs only) and
-    memory of ``per_call`` train steps per call."""
+    """Compile time, median step time, tokens per step, FLOPs of one step and memory of
+    ``per_call`` train steps per call."""
     step = compile_train_step(config, per_call=per_call)
     _, step_s = timed(step.compiled, step.params, step.opt_state, step.inputs, steps,
                       per_call=per_call)
     tokens = sum(step.batches[0][key].size for key in ("source", "target_input"))
     return {"compile": step.compile_s, "step": step_s, "tokens": tokens,
-            "flops": xla_cost(step.compiled) if per_call == 1 else None,
+            "flops": step.flops,
             "memory": step_memory_gb(step.compiled), "peak": memory_gb(jax.devices()[0])}
 
 
@@ -132,7 +125,7 @@ def main() -> None:
           "| step memory (GB) | peak (GB) | GFLOP/step | TFLOP/s | MFU |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for shape in shapes:
-        flops_of: dict[str, float] = {}  # dtype -> the one-step xla program's FLOPs
+        flops_of: dict[str, float] = {}  # dtype -> one step's FLOPs with xla attention
         for implementation, dtype in combinations(args.dtypes.split(",")):
             for per_call in sorted(set(per_calls)):
                 row = f"| {shape} | {implementation} | {dtype} | {per_call} |"

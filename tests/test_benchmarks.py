@@ -67,6 +67,30 @@ def test_train_speed_prints_a_row_per_steps_per_call_with_one_steps_flops():
     assert rows[0][9] == rows[1][9] and float(rows[0][9]) > 0
 
 
+def test_program_flops_count_matrix_products_from_their_formula():
+    import jax
+    import jax.numpy as jnp
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from step_timing import matmul_flops, program_flops
+
+    x, w1, w2 = jnp.ones((64, 48)), jnp.ones((48, 32)), jnp.ones((32, 16))
+    lowered = jax.jit(lambda x, w1, w2: (x @ w1) @ w2).lower(x, w1, w2)
+    assert program_flops(lowered) == 2 * 64 * 48 * 32 + 2 * 64 * 32 * 16
+    # The fallback where a backend has no analysis of lowered programs (GPU plugins): a
+    # function called twice counts twice, a batched einsum by its batch, a loop body once.
+    inner = jax.jit(lambda h, w: jnp.tanh(h @ w))
+    x, w = jnp.ones((2, 8, 16)), jnp.ones((16, 16))
+
+    def program(x, w):
+        h = inner(inner(x, w), w)
+        h = jnp.einsum("btd,bsd->bts", h, h)
+        return jax.lax.fori_loop(0, 5, lambda i, h: h @ jnp.ones((8, 8)), h)
+
+    text = jax.jit(program).lower(x, w).as_text()
+    assert matmul_flops(text) == 2 * (2 * 2 * 8 * 16 * 16) + 2 * 2 * 8 * 8 * 16 + 2 * 2 * 8 * 8 * 8
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (("train_speed.py", "--steps-per-call", "0"),
      "error: --steps-per-call 0: give positive integers, e.g. 1,10"),

@@ -40,6 +40,42 @@ def resolve_implementation(requested: str, dtype: Any, head_dim: int) -> str:
     return "cudnn"
 
 
+def _pad_axis(x: jax.Array, axis: int, mode: str = "constant") -> jax.Array:
+    """``x`` with one more entry at the end of ``axis`` (zeros, or a copy of the last)."""
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, 1)
+    return jnp.pad(x, widths, mode=mode)
+
+
+def fused_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax.Array,
+                    bias: jax.Array | None, mask_BxTxS: jax.Array, implementation: str,
+                    pad_to_even: bool | None = None) -> jax.Array:
+    """``jax.nn.dot_product_attention`` with ``mask`` True where a query sees a key; ``[B, T, H,
+    D]``.
+
+    cuDNN's fused kernel has no backward pass for an odd query or key length once a mask or
+    bias is given (jax's ``check_is_flash_attention``), and odd lengths are the rule here (a
+    bucket plus EOS). So for cuDNN (``pad_to_even`` None) an odd T gets one extra query, a copy
+    of the last row's mask, whose output is dropped, and an odd S one zero key that no query
+    sees: the result is the unpadded attention's.
+    """
+    T, S = q_BxTxHxD.shape[1], k_BxSxHxD.shape[1]
+    if pad_to_even is None:
+        pad_to_even = implementation == "cudnn"
+    if pad_to_even and T % 2:
+        q_BxTxHxD = _pad_axis(q_BxTxHxD, 1)
+        mask_BxTxS = mask_BxTxS if mask_BxTxS.shape[1] == 1 else _pad_axis(mask_BxTxS, 1, "edge")
+        bias = bias if bias is None or bias.shape[2] == 1 else _pad_axis(bias, 2)
+    if pad_to_even and S % 2:
+        k_BxSxHxD, v_BxSxHxD = _pad_axis(k_BxSxHxD, 1), _pad_axis(v_BxSxHxD, 1)
+        mask_BxTxS = _pad_axis(mask_BxTxS, 2)  # False: the extra key is seen by no query
+        bias = bias if bias is None or bias.shape[3] == 1 else _pad_axis(bias, 3)
+    encoded = jax.nn.dot_product_attention(q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias=bias,
+                                           mask=mask_BxTxS[:, None, :, :],
+                                           implementation=implementation)
+    return encoded[:, :T]
+
+
 class MultiHeadAttention(nnx.Module):
     """Projections to H heads, positional hooks, ``jax.nn.dot_product_attention``, output.
 
@@ -89,10 +125,7 @@ class MultiHeadAttention(nnx.Module):
             encoded = pe.explicit_attention(q, k, v_BxSxHxD, bias, mask_BxTxS, q_positions_BxT,
                                             k_positions_BxS, self.kind)
         if encoded is None:  # the usual case: the fused kernel
-            encoded = jax.nn.dot_product_attention(
-                q, k, v_BxSxHxD, bias=bias, mask=mask_BxTxS[:, None, :, :],
-                implementation=self.implementation,
-            )
+            encoded = fused_attention(q, k, v_BxSxHxD, bias, mask_BxTxS, self.implementation)
         if self.ablated:
             kept_H = jnp.ones(self.num_heads, encoded.dtype).at[jnp.array(self.ablated)].set(0)
             encoded = encoded * kept_H[:, None]  # [B, T, H, Dh]
