@@ -18,11 +18,15 @@ it: the most context training ever gave) and once in the long windows (``paired`
 with L - 1 tokens of context, in the long windows, and their ratio; below 1 the model uses
 context beyond its training length). Every ``--every``-th such token is paired (each needs a
 window of its own).
+
+    python experiments/position_loss.py --redraw docs/figures/position_loss.json \\
+        --out docs/figures/position_loss.png      # the figure again from its numbers
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -125,14 +129,38 @@ def draw(record: dict, length: int, trained: set[int]) -> Figure:
     return figure
 
 
+def redraw(numbers: Path, out: Path) -> Figure:
+    """Draw the figure again from a JSON this script wrote, without loading any run."""
+    if not numbers.is_file():
+        raise UsageError(f"--redraw {numbers}: no such file; give the .json written beside a "
+                         "figure")
+    record = json.loads(numbers.read_text())
+    missing = [name for name, group in record.items() if "training_length" not in group]
+    if missing:
+        raise UsageError(f"--redraw {numbers}: no training_length for {', '.join(missing)}; "
+                         "add it to each group (written since 2026-11-26)")
+    length = max(group["bands"][-1][1] for group in record.values())
+    trained = {int(group["training_length"]) for group in record.values()}
+    figure = draw(record, length, trained)
+    write_outputs(figure, out)
+    return figure
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("groups", nargs="+", type=Path, help="grid-point or run directories")
+    parser.add_argument("groups", nargs="*", type=Path, help="grid-point or run directories")
+    parser.add_argument("--redraw", type=Path, default=None,
+                        help="a JSON this script wrote: draw its figure again (to --out)")
     parser.add_argument("--length", type=int, default=1024, help="window length (tokens)")
     parser.add_argument("--out", type=Path, default=Path("position_loss.png"))
     parser.add_argument("--every", type=int, default=8,
                         help="pair every k-th token (each needs a window of its own; default 8)")
     args = parser.parse_args()
+    if args.redraw:
+        redraw(args.redraw, args.out)
+        return
+    if not args.groups:
+        raise UsageError("no group given: name run directories, or --redraw a JSON")
     if args.length < 2 or args.every < 1:
         raise UsageError(f"--length {args.length} --every {args.every}: give a window of at "
                          "least 2 tokens and a positive step")
@@ -161,7 +189,7 @@ def main() -> None:
             name = f"{runs[0].parent.name} ({len(runs)} seeds)"
         print(f"| {name} | " + " | ".join(f"{v:.2f}" for v in values)
               + f" | {short:.2f} / {long:.2f} / {long / short:.2f}x |")
-        record[name] = {"bands": spans, "perplexity": values,
+        record[name] = {"bands": spans, "perplexity": values, "training_length": high,
                         "paired": {"trained_windows": float(short), "long_windows": float(long)}}
     write_outputs(draw(record, args.length, trained), args.out, record,
                   args.out.with_suffix(".json"))

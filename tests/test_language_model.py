@@ -19,7 +19,7 @@ from conftest import REPO, load_experiment, run_train, subprocess_env  # noqa: E
 
 from pe_research import cli, data  # noqa: E402
 from pe_research.config import base_config, validate_config  # noqa: E402
-from pe_research.errors import ConfigError  # noqa: E402
+from pe_research.errors import ConfigError, UsageError  # noqa: E402
 from pe_research.evaluation.metrics import METRICS, summarize  # noqa: E402
 from pe_research.evaluation.range_eval import evaluate_members, evaluate_run  # noqa: E402
 from pe_research.evaluation.results import read_results  # noqa: E402
@@ -228,6 +228,25 @@ def test_data_commands_write_a_corpus_and_show_its_windows(corpus, capsys):
     assert lines[0].startswith("language_model (n = 12")
     held_out = TEXT[round(len(TEXT) * 0.9):]  # the first windows, one line each
     assert lines[1:] == ["  " + held_out[i:i + 12].replace("\n", "\\n") for i in (0, 12, 24)]
+
+
+def test_position_loss_redraws_its_figure_from_its_numbers(tmp_path):
+    position_loss = load_experiment("position_loss")
+    record = {name: {"bands": position_loss.bands(32), "perplexity": values,
+                     "training_length": 16}
+              for name, values in (("alibi (2 seeds)", [6.0, 5.0]), ("rope (2 seeds)", [6, 9]))}
+    numbers = tmp_path / "pl.json"
+    numbers.write_text(json.dumps(record))
+    figure = position_loss.redraw(numbers, tmp_path / "pl.png")
+    assert (tmp_path / "pl.png").stat().st_size > 0
+    axes = figure.axes[0]
+    assert axes.get_xlim() == (1, 32)
+    assert [t.get_text() for t in axes.get_legend().get_texts()] == [
+        "alibi (2 seeds)", "rope (2 seeds)", "training length 16"]
+    del record["rope (2 seeds)"]["training_length"]
+    numbers.write_text(json.dumps(record))
+    with pytest.raises(UsageError, match="no training_length for rope"):
+        position_loss.redraw(numbers, tmp_path / "again.png")
 
 
 def test_position_losses_average_to_the_range_evaluation_loss(lm_run):
