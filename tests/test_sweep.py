@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 from conftest import REPO, chdir_with_corpus, subprocess_env
 from sweep_files import manifest_states, run_params, sweep_command, write_sweep
+from tqdm import tqdm
 
 from pe_research.cli.app import main
 from pe_research.cli.sweep import Progress
@@ -76,6 +78,7 @@ def test_progress_written_to_a_file_redraws_when_runs_change_not_on_every_poll(t
     plan = load_sweep(write_sweep(tmp_path / "s.py"))
     sweep_dir = SweepDir(tmp_path / "sweep")
     write_plan(sweep_dir, plan, "pe-research sweep s.py --workdir sweep", "local")
+    other_bar = tqdm(total=1, file=io.StringIO())  # another bar alive in this process
     progress = Progress(sweep_dir)  # stderr is captured: not a terminal
     for _ in range(20):
         progress.tick()
@@ -83,6 +86,7 @@ def test_progress_written_to_a_file_redraws_when_runs_change_not_on_every_poll(t
     for _ in range(20):
         progress.tick()
     progress.close()
+    other_bar.close()
     lines = capsys.readouterr().err.replace("\r", "\n").split("\n")
     states = {line.split("runs: ")[1].rstrip("] ") for line in lines if "runs: " in line}
     assert states == {"0 done, 0 running, 0 failed, 8 waiting",

@@ -96,8 +96,10 @@ class Progress:
 
     def __init__(self, sweep_dir: SweepDir):
         self.sweep_dir = sweep_dir
+        # position=0: the sweep's line stays its own line even when another bar of this process
+        # is alive (tqdm would place it below that one and add cursor moves to every redraw).
         self.bar = tqdm(desc="sweep", unit="step", dynamic_ncols=True, smoothing=0.0,
-                        mininterval=1.0 if sys.stderr.isatty() else FILE_REDRAW_S)
+                        mininterval=1.0 if sys.stderr.isatty() else FILE_REDRAW_S, position=0)
         self.base: int | None = None
         self.shown = ""
 
