@@ -91,6 +91,81 @@ def test_program_flops_count_matrix_products_from_their_formula():
     assert matmul_flops(text) == 2 * (2 * 2 * 8 * 16 * 16) + 2 * 2 * 8 * 8 * 16 + 2 * 2 * 8 * 8 * 8
 
 
+GPU_PROGRAM = """\
+HloModule jit_train
+
+%fused_copy.2 (p: bf16[8,4]) -> bf16[4,8] {
+  %p = bf16[8,4]{1,0} parameter(0)
+  ROOT %transpose.1 = bf16[4,8]{1,0} transpose(%p), dimensions={1,0}
+}
+
+ENTRY %main (a: bf16[8,4]) -> bf16[4,8] {
+  %gemm_fusion_dot.3 = bf16[8,8]{1,0} fusion(%a, %a), kind=kCustom, calls=%gemm_computation.3, \
+metadata={op_name="jit(train)/jvp(feed_forward)/dot_general"}
+  %loop_add_fusion.7 = bf16[8,4]{1,0} fusion(%a), kind=kLoop, calls=%fused_add.7, \
+metadata={op_name="jit(train)/transpose(jvp(layer_norm))/add"}
+  %loop_copy_fusion.2 = bf16[4,8]{1,0} fusion(%a), kind=kLoop, calls=%fused_copy.2
+  ROOT %command_buffer.1 = bf16[4,8]{1,0} call(%a), to_apply=%command_buffer_computation
+}
+"""
+
+
+def gpu_trace(steps: int) -> dict:
+    """A Perfetto trace as jax writes it on a GPU: kernels of a CUDA graph on one stream (XLA's
+    named after their instruction, cuBLAS's and cuDNN's not), host events beside them."""
+    meta = [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:GPU:0"}},
+            {"ph": "M", "pid": 1, "tid": 14, "name": "thread_name",
+             "args": {"name": "Stream #14(Compute)"}},
+            {"ph": "M", "pid": 9, "name": "process_name", "args": {"name": "/host:CPU"}},
+            {"ph": "M", "pid": 9, "tid": 3, "name": "thread_name", "args": {"name": "python"}}]
+    kernels = [("gemm_fusion_dot_3", 0, 10), ("nvjet_sm90_tst_128x128", 10, 20),
+               ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop", 30, 30),
+               ("loop_add_fusion_7", 55, 10),  # overlaps the attention by 5 us
+               ("loop_copy_fusion_2", 70, 4)]
+    events = [{"ph": "X", "pid": 1, "tid": 14, "ts": 100 * step + start, "dur": duration,
+               "name": name, "args": {"hlo_op": "command_buffer_1", "hlo_module": "jit_train"}}
+              for step in range(steps) for name, start, duration in kernels]
+    host = [{"ph": "X", "pid": 9, "tid": 3, "ts": 0, "dur": 500, "name": "PjitFunction(train)"}]
+    return {"traceEvents": meta + events + host}
+
+
+def test_step_profile_sums_a_gpu_trace_by_kind_pass_part_and_instruction():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from step_profile import device_events, instructions, summarize
+
+    summary = summarize(device_events(gpu_trace(steps=2)), instructions(GPU_PROGRAM), steps=2)
+    assert summary["kind"] == {"matmul": 30, "attention": 30, "fusion": 10, "copy": 4}
+    assert summary["busy"] == 74 - 5  # per step: the union of the intervals
+    assert summary["pass"] == {"forward": 10, "backward": 10, "unknown": 54}
+    assert summary["part"] == {"feed_forward": 10, "layer_norm": 10, "unknown": 54}
+    ops = summary["op"]
+    assert set(ops) == {"gemm_fusion_dot.3", "loop_add_fusion.7", "loop_copy_fusion.2",
+                        "nvjet_sm90_tst_128x128",
+                        "cudnn_generated_fort_native_sdpa_sm90_flash_fprop"}
+    assert ops["gemm_fusion_dot.3"] == {"us": 10, "launches": 1, "kind": "matmul",
+                                        "kernel": "gemm_fusion_dot_3",
+                                        "op_name": "jit(train)/jvp(feed_forward)/dot_general"}
+
+
+def test_step_profile_attributes_a_cpu_step_to_the_models_parts():
+    out = run_script("benchmarks/step_profile.py", "--shape", "default", "--steps", "1",
+                     "--config.model.d_model=16", "--config.model.d_ff=32",
+                     "--config.data.batch_size=4")
+    tables: dict[str, dict[str, float]] = {}
+    for line in out.splitlines():
+        cells = [cell.strip() for cell in line.split("|")[1:-1]]
+        if len(cells) == 3 and cells[1] == "ms/step":
+            table = tables.setdefault(cells[0], {})
+        elif len(cells) == 3 and cells[1] != "---:":
+            table[cells[0]] = float(cells[1])
+    total = float(out.split("events sum ")[1].split(" ms")[0])
+    for title in ("kind", "pass", "part"):  # each splits the same device time
+        assert sum(tables[title].values()) == pytest.approx(total, abs=0.05), title
+    # The model's named scopes reach the compiled program's op names.
+    assert min(tables["part"][part] for part in ("attention", "feed_forward", "layer_norm")) > 0
+    assert tables["pass"]["forward"] > 0 and tables["pass"]["backward"] > 0
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (("train_speed.py", "--steps-per-call", "0"),
      "error: --steps-per-call 0: give positive integers, e.g. 1,10"),
@@ -103,6 +178,8 @@ def test_program_flops_count_matrix_products_from_their_formula():
     (("scheme_cost.py", "--schemes", "rope,nope"), "error: model.pe.type='nope' is invalid: "),
     (("bias_memory.py", "--length", "64", "--config.model.d_model=-1"),
      "error: model.d_model=-1 is invalid: "),
+    (("step_profile.py", "--shape", "huge"), "error: --shape huge: not a shape; choose from "),
+    (("step_profile.py", "--read", "no.json.gz", "no.txt"), "error: no.json.gz: no such file"),
 ])
 def test_bad_input_ends_a_benchmark_with_one_line_before_any_compile(args, message):
     script, *rest = args

@@ -1,6 +1,7 @@
 """What keeps bfloat16 and cuDNN on a GPU's fast paths, checked on any backend: attention padded
-to even lengths (cuDNN's backward needs them) equals the unpadded one, and the token embedding's
-gradient scatters into float32."""
+to even lengths (cuDNN's backward needs them) equals the unpadded one, attention by key lengths
+and a causal flag (a ``PrefixMask``, as cuDNN takes it) equals attention under the dense mask,
+and the token embedding's gradient scatters into float32."""
 
 import re
 
@@ -12,6 +13,13 @@ from flax import nnx
 from tiny_models import forward, random_inputs, tiny_model
 
 from pe_research.model.attention import fused_attention
+from pe_research.model.masks import (
+    PrefixMask,
+    cross_mask,
+    decoder_self_mask,
+    encoder_self_mask,
+    prefix_masks,
+)
 from pe_research.positional.registry import SCHEMES
 
 
@@ -59,6 +67,70 @@ def test_attention_pads_only_for_cudnn_by_default():
     padded = jax.jit(lambda *a: fused_attention(*a, mask, "xla", pad_to_even=True)).lower(
         q, k, v, bias).as_text()
     assert "stablehlo.pad" in padded
+
+
+def prefix_inputs(T: int, S: int, causal: bool, bias_batch: int | None):
+    """q ``[3, T, 2, 8]``, k and v ``[3, S, 2, 8]``, a bias ``[bias_batch, 2, T, S]`` (or None)
+    and a ``PrefixMask`` (encoder, causal decoder or cross) whose rows see all keys, all but
+    the last two, and none (a batch-padding row)."""
+    keys = jax.random.split(jax.random.key(1), 4)
+    q = jax.random.normal(keys[0], (3, T, 2, 8))
+    k, v = (jax.random.normal(key, (3, S, 2, 8)) for key in keys[1:3])
+    bias = None if bias_batch is None else jax.random.normal(keys[3], (bias_batch, 2, T, S))
+    source_mask = jnp.arange(S)[None] < jnp.array([S, S - 2, 0])[:, None]
+    if causal:  # the decoder's self-attention: T = S
+        mask = prefix_masks(source_mask, source_mask)[0]
+    elif T == S:
+        mask = prefix_masks(source_mask)[0]
+    else:
+        mask = prefix_masks(source_mask, jnp.ones((3, T), bool))[1]
+    return q, k, v, bias, mask
+
+
+@pytest.mark.parametrize(("T", "S", "causal", "bias_batch", "pad"), [
+    (5, 5, False, None, False), (6, 6, False, 1, False), (4, 7, False, None, False),
+    (7, 7, True, None, False), (6, 6, True, 3, False), (5, 5, True, 1, True),
+    (5, 7, False, 1, True)])
+def test_attention_by_key_lengths_equals_the_dense_mask(T, S, causal, bias_batch, pad):
+    """Outputs and gradients of every row that sees a key; the row that sees none stays
+    finite. ``pad``: cuDNN with a bias pads odd lengths on top (their mask is the lengths')."""
+    q, k, v, bias, mask = prefix_inputs(T, S, causal, bias_batch)
+    assert isinstance(mask, PrefixMask) and mask.causal == causal
+
+    def run(by_lengths: bool):
+        def loss(q, k, v, bias):
+            out = fused_attention(q, k, v, bias, mask, "xla", pad_to_even=pad and by_lengths,
+                                  by_lengths=by_lengths)
+            return jnp.sum((out * jnp.cos(out))[:2]), out
+        return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True,
+                                          allow_int=True))(q, k, v, bias)
+
+    (value, out), grad = run(False)
+    (value_l, out_l), grad_l = run(True)
+    text = jax.jit(lambda *a: fused_attention(*a, mask, "xla", by_lengths=True)).lower(
+        q, k, v, bias).as_text()
+    assert "tensor<3x" + f"{T}x{S}xi1>" not in text  # the dense mask is not used at all
+    assert bool(jnp.all(jnp.isfinite(out_l)))
+    np.testing.assert_allclose(out_l[:2], out[:2], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(value_l, value, rtol=1e-5)
+    for g, g_l in zip(grad, grad_l, strict=True):
+        if g is not None:
+            np.testing.assert_allclose(g_l[:2] if g_l.shape[0] == 3 else g_l,
+                                       g[:2] if g.shape[0] == 3 else g, rtol=1e-4, atol=1e-6)
+
+
+def test_prefix_masks_are_the_dense_masks_with_their_key_lengths():
+    source_mask = jnp.arange(6)[None] < jnp.array([6, 3, 0])[:, None]
+    target_mask = jnp.arange(4)[None] < jnp.array([4, 1, 2])[:, None]
+    (encoder,) = prefix_masks(source_mask)
+    decoder, cross = prefix_masks(source_mask, target_mask)
+    np.testing.assert_array_equal(encoder.dense, encoder_self_mask(source_mask))
+    np.testing.assert_array_equal(decoder.dense, decoder_self_mask(target_mask))
+    np.testing.assert_array_equal(cross.dense, cross_mask(target_mask, source_mask))
+    np.testing.assert_array_equal(encoder.key_lengths, [6, 3, 0])
+    np.testing.assert_array_equal(cross.key_lengths, [6, 3, 0])
+    np.testing.assert_array_equal(decoder.key_lengths, [4, 1, 2])
+    assert (encoder.causal, decoder.causal, cross.causal) == (False, True, False)
 
 
 def scatter_types(text: str) -> set[str]:

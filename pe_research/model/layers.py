@@ -46,6 +46,7 @@ class FeedForward(nnx.Module):
         self.activation = ACTIVATION_FUNCTIONS[config.activation]
         self.rate = config.dropout_rate
 
+    @jax.named_scope("feed_forward")
     def __call__(self, x_BxTxD: jax.Array, key: jax.Array | None) -> jax.Array:
         return self.out(dropout(self.activation(self.hidden(x_BxTxD)), self.rate, key))
 
@@ -61,8 +62,14 @@ class Sublayer(nnx.Module):
 
     def __call__(self, x: jax.Array, function, key: jax.Array | None) -> jax.Array:
         if self.pre_norm:
-            return x + dropout(function(self.norm(x)), self.rate, key)
-        return self.norm(x + dropout(function(x), self.rate, key))
+            return x + dropout(function(layer_norm(self.norm, x)), self.rate, key)
+        return layer_norm(self.norm, x + dropout(function(x), self.rate, key))
+
+
+@jax.named_scope("layer_norm")
+def layer_norm(norm: nnx.LayerNorm, x: jax.Array) -> jax.Array:
+    """``norm(x)``, under its own name in profiles."""
+    return norm(x)
 
 
 def make_attention(config: ModelConfig, kind: AttentionKind, rngs: nnx.Rngs, site: str,

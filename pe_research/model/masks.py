@@ -4,6 +4,38 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from flax import struct
+
+
+@struct.dataclass
+class PrefixMask:
+    """A mask whose visible keys are a prefix of each row, under a causal mask or not.
+
+    The encoder-decoder's masks are of this form (data.py pads every row at its end). ``dense``
+    serves every path; cuDNN takes ``key_lengths`` and ``causal`` instead (model/attention.py):
+    its own padding and causal masks need no mask tensor and no even lengths.
+    """
+
+    dense: jax.Array  # [B, T, S]
+    key_lengths: jax.Array  # [B] int32: the visible keys of each row, 0..S
+    causal: bool = struct.field(pytree_node=False, default=False)
+
+
+def dense_mask(mask: jax.Array | PrefixMask) -> jax.Array:
+    """``[B, T, S]`` booleans of a mask given either way."""
+    return mask.dense if isinstance(mask, PrefixMask) else mask
+
+
+def prefix_masks(source_mask_BxS: jax.Array, target_mask_BxT: jax.Array | None = None,
+                 ) -> tuple[PrefixMask, ...]:
+    """The encoder's self-attention mask; with ``target_mask``, the decoder's self-attention
+    and cross-attention masks instead. Both masks must be True on a prefix of each row."""
+    source_lengths = jnp.sum(source_mask_BxS, axis=-1, dtype=jnp.int32)
+    if target_mask_BxT is None:
+        return (PrefixMask(encoder_self_mask(source_mask_BxS), source_lengths),)
+    target_lengths = jnp.sum(target_mask_BxT, axis=-1, dtype=jnp.int32)
+    return (PrefixMask(decoder_self_mask(target_mask_BxT), target_lengths, causal=True),
+            PrefixMask(cross_mask(target_mask_BxT, source_mask_BxS), source_lengths))
 
 
 def encoder_self_mask(source_mask_BxS: jax.Array) -> jax.Array:

@@ -13,7 +13,7 @@ from flax import nnx
 
 from pe_research.model.config import ModelConfig
 from pe_research.model.layers import DecoderLayer, EncoderLayer, dropout, split_key
-from pe_research.model.masks import cross_mask, decoder_self_mask, encoder_self_mask
+from pe_research.model.masks import prefix_masks
 from pe_research.positional.base import PositionalScheme
 from pe_research.positional.nope import NoPE
 from pe_research.positional.registry import build_scheme, scheme_class
@@ -67,6 +67,7 @@ class TokenModel(nnx.Module):
     config: ModelConfig
     final_norm: nnx.LayerNorm | None
 
+    @jax.named_scope("embed")
     def embed_inputs(self, tokens_BxT: jax.Array, positions_BxT: jax.Array,
                      key: jax.Array | None) -> jax.Array:
         """Token embeddings combined (add, concat + projection, or split) with the scheme's
@@ -88,6 +89,7 @@ class TokenModel(nnx.Module):
                 x = self.input_projection(jnp.concatenate([x, vectors], axis=-1))
         return dropout(x, self.config.dropout_rate, key)
 
+    @jax.named_scope("output")
     def logits(self, y_BxTxD: jax.Array) -> jax.Array:
         """Final norm and (tied or separate) output projection, in float32."""
         if self.final_norm is not None:
@@ -138,7 +140,7 @@ class Seq2SeqTransformer(TokenModel):
         """Encoder output ``[B, S, D]``; padded keys are masked out."""
         keys = split_key(key, 1 + len(self.encoder_layers))
         x = self.embed_inputs(source_BxS, source_positions_BxS, keys[0])
-        mask_BxSxS = encoder_self_mask(source_mask_BxS)
+        (mask_BxSxS,) = prefix_masks(source_mask_BxS)
         for layer, layer_key in zip(self.encoder_layers, keys[1:], strict=True):
             x = layer(x, source_positions_BxS, mask_BxSxS, self.pe, layer_key)
         return x if self.encoder_norm is None else self.encoder_norm(x)
@@ -148,8 +150,7 @@ class Seq2SeqTransformer(TokenModel):
                source_mask_BxS: jax.Array, target_mask_BxT: jax.Array,
                key: jax.Array | None = None) -> jax.Array:
         """Teacher-forced logits ``[B, T, V]`` (float32) under a causal mask."""
-        self_mask = decoder_self_mask(target_mask_BxT)
-        source_mask = cross_mask(target_mask_BxT, source_mask_BxS)
+        self_mask, source_mask = prefix_masks(source_mask_BxS, target_mask_BxT)
         keys = split_key(key, 1 + len(self.decoder_layers))
         y = self.embed_inputs(target_input_BxT, target_positions_BxT, keys[0])
         for layer, layer_key in zip(self.decoder_layers, keys[1:], strict=True):
