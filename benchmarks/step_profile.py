@@ -1,5 +1,5 @@
 """Where a train step's device time goes: a profiler trace of a few steps, summed by kind of
-kernel, by pass (forward, backward, update) and by XLA instruction.
+kernel, by pass (forward, backward, update), by part of the model and by XLA instruction.
 
     python benchmarks/step_profile.py --shape large --implementation cudnn --dtype bfloat16
     python benchmarks/step_profile.py --shape default --save-trace t.json.gz --save-hlo h.txt
@@ -18,7 +18,8 @@ text gives each instruction's opcode, library call and source op name. Printed p
 * by pass, from the op name: forward (``jvp(``), backward (``transpose(``), the rest
   (optimizer update, loss, metrics); and by part of the model, from the named scopes its
   modules open (``positional`` inside ``attention``, ``feed_forward``, ``layer_norm``,
-  ``embed``, ``output``);
+  ``embed``, ``output``); "unknown" is the time of library kernels (cuBLAS, cuDNN) inside
+  XLA's CUDA graphs, which carry no op name;
 * the ``--top`` instructions by time.
 """
 

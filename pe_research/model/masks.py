@@ -13,7 +13,7 @@ class PrefixMask:
 
     The encoder-decoder's masks are of this form (data.py pads every row at its end). ``dense``
     serves every path; cuDNN takes ``key_lengths`` and ``causal`` instead (model/attention.py):
-    its own padding and causal masks need no mask tensor and no even lengths.
+    its own padding and causal masks need no mask tensor.
     """
 
     dense: jax.Array  # [B, T, S]
