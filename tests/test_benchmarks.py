@@ -147,6 +147,16 @@ def test_step_profile_sums_a_gpu_trace_by_kind_pass_part_and_instruction():
                                         "op_name": "jit(train)/jvp(feed_forward)/dot_general"}
 
 
+def test_attention_kernels_prints_the_backends_maskings_and_products():
+    out = run_script("benchmarks/attention_kernels.py", "--batch", "2", "--length", "8",
+                     "--heads", "2", "--head-dim", "8")
+    rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ")]
+    assert [row for row in rows if "mask" in row or "flag" in row or "lengths" in row] == [
+        "XLA, dense mask, all true", "XLA, dense causal mask"]  # cuDNN rows on a GPU only
+    assert "16 x 16 x 48" in rows and "16 x 64 x 16" in rows  # B T x d x 3d, x 4d x d
+    assert float(out.split("over 16 x 16: ")[1].split(" us")[0]) > 0
+
+
 def test_step_profile_attributes_a_cpu_step_to_the_models_parts():
     out = run_script("benchmarks/step_profile.py", "--shape", "default", "--steps", "1",
                      "--config.model.d_model=16", "--config.model.d_ff=32",
@@ -179,6 +189,7 @@ def test_step_profile_attributes_a_cpu_step_to_the_models_parts():
     (("bias_memory.py", "--length", "64", "--config.model.d_model=-1"),
      "error: model.d_model=-1 is invalid: "),
     (("step_profile.py", "--shape", "huge"), "error: --shape huge: not a shape; choose from "),
+    (("attention_kernels.py", "--length", "0"), "error: --batch, --heads, --length and "),
     (("step_profile.py", "--read", "no.json.gz", "no.txt"), "error: no.json.gz: no such file"),
 ])
 def test_bad_input_ends_a_benchmark_with_one_line_before_any_compile(args, message):
