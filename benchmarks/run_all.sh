@@ -15,8 +15,8 @@ OUT_DIR=${OUT_DIR:-runs/benchmarks}
 PYTHON=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # pe_research without an install, too
 export PYTHONUNBUFFERED=1  # rows appear as they are measured
-ALL=(train_speed step_profile ensemble_speed bias_memory scheme_cost scheme_cost_cudnn
-     eval_memory eval_speed data_throughput)
+ALL=(train_speed step_profile attention_kernels ensemble_speed bias_memory scheme_cost
+     scheme_cost_cudnn eval_memory eval_speed data_throughput)
 NAMES=("$@")
 [ ${#NAMES[@]} -eq 0 ] && NAMES=("${ALL[@]}")
 
@@ -27,8 +27,8 @@ command_of() {  # the benchmark's command line, by name
            "--config.model.dtype=bfloat16" ;;
     step_profile)
       echo "benchmarks/step_profile.py --shape large --implementation cudnn --dtype bfloat16" ;;
-    train_speed | ensemble_speed | bias_memory | scheme_cost | eval_memory | eval_speed \
-      | data_throughput | cpu_breakdown)
+    train_speed | attention_kernels | ensemble_speed | bias_memory | scheme_cost | eval_memory \
+      | eval_speed | data_throughput | cpu_breakdown)
       echo "benchmarks/$1.py" ;;
     *) return 1 ;;
   esac
