@@ -5,10 +5,11 @@ at the model's widths.
     python benchmarks/attention_kernels.py --batch 4 --length 16 --heads 2 --head-dim 8
 
 1. Attention, forward + backward (gradients of q, k and v) and forward alone, median of 5
-   blocks of 20 calls after warm-up: cuDNN with a dense boolean mask (all true, or causal), no
-   mask, key lengths, the causal flag, both; XLA with the dense masks. bfloat16 on a GPU
-   (cuDNN rows there only), float32 on a CPU. TFLOP/s counts 4 B H T S D per forward product
-   pair and 3.5x that for forward + backward (causal rows counted in full).
+   blocks of 20 calls after warm-up (``step_timing.median_seconds``): cuDNN with a dense
+   boolean mask (all true, or causal), no mask, key lengths, the causal flag, both; XLA with
+   the dense masks. bfloat16 on a GPU (cuDNN rows there only), float32 on a CPU. TFLOP/s
+   counts 4 B H T S D per forward product pair and 3.5x that for forward + backward (causal
+   rows counted in full).
 2. Matrix products ``[B T, d] x [d, n]`` at the widths of `train_speed.py`'s ``large`` shape
    (d_model 512, d_ff 2048, Q/K/V merged: 1536), and one element-wise pass over ``[B T, d]``
    (bytes read + written per second).
@@ -17,13 +18,11 @@ at the model's widths.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from step_timing import run
+from step_timing import median_seconds, run
 
 from pe_research.errors import UsageError
 
@@ -41,19 +40,6 @@ MASKINGS: dict[str, tuple[str, Callable[[jax.Array, jax.Array], dict]]] = {
     "XLA, dense mask, all true": ("xla", lambda full, causal: {"mask": full}),
     "XLA, dense causal mask": ("xla", lambda full, causal: {"mask": causal}),
 }
-
-
-def median_seconds(function: Callable, *args, calls: int = 20) -> float:
-    """Median over 5 blocks of the mean time of ``calls`` calls, after one warm-up call."""
-    jax.block_until_ready(function(*args))
-    times = []
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(calls):
-            out = function(*args)
-        jax.block_until_ready(out)
-        times.append((time.perf_counter() - start) / calls)
-    return statistics.median(times)
 
 
 def attention_rows(batch: int, heads: int, length: int, head_dim: int, dtype) -> None:
@@ -75,8 +61,9 @@ def attention_rows(batch: int, heads: int, length: int, head_dim: int, dtype) ->
             out = jax.nn.dot_product_attention(q, k, v, implementation=implementation, **kwargs)
             return out.astype(jnp.float32).sum()
 
-        both = median_seconds(jax.jit(jax.grad(loss, argnums=(0, 1, 2))), q, k, v)
-        forward = median_seconds(jax.jit(loss), q, k, v)
+        both_step, forward_step = jax.jit(jax.grad(loss, argnums=(0, 1, 2))), jax.jit(loss)
+        both = median_seconds(lambda step=both_step: step(q, k, v), repeats=20)
+        forward = median_seconds(lambda step=forward_step: step(q, k, v), repeats=20)
         print(f"| {name} | {both * 1e3:.3f} | {forward * 1e3:.3f} | "
               f"{3.5 * flops / both / 1e12:.3g} |", flush=True)
 
@@ -87,14 +74,16 @@ def product_rows(rows: int, width: int, dtype) -> None:
     print("\n| product (M x K x N) | us | TFLOP/s |")
     print("|---|---:|---:|")
     keys = jax.random.split(jax.random.key(1), 2)
+    matmul = jax.jit(jnp.matmul)
     for m, k, n in [(rows, width, width), (rows, width, 3 * width), (rows, width, 4 * width),
                     (rows, 4 * width, width), (2 * rows, width, width)]:
         a = jax.random.normal(keys[0], (m, k), dtype)
         b = jax.random.normal(keys[1], (k, n), dtype)
-        seconds = median_seconds(jax.jit(jnp.matmul), a, b, calls=50)
+        seconds = median_seconds(lambda a=a, b=b: matmul(a, b), repeats=50)
         print(f"| {m} x {k} x {n} | {seconds * 1e6:.1f} | {2 * m * k * n / seconds / 1e12:.3g} |")
     x = jax.random.normal(keys[0], (rows, width), dtype)
-    seconds = median_seconds(jax.jit(lambda x: x * 2 + 1), x, calls=50)
+    affine = jax.jit(lambda x: x * 2 + 1)
+    seconds = median_seconds(lambda: affine(x), repeats=50)
     moved = 2 * x.size * x.dtype.itemsize
     print(f"\nelement-wise pass over {rows} x {width}: {seconds * 1e6:.1f} us, "
           f"{moved / seconds / 1e12:.3g} TB/s (read + written)")

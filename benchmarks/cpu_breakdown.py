@@ -20,10 +20,7 @@ nothing is padding), RoPE. Printed, each the median of 5 blocks after warm-up:
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -31,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from step_timing import run
+from step_timing import median_seconds, run
 
 from pe_research import data
 from pe_research.config import collect_overrides, load_config
@@ -48,20 +45,6 @@ SHAPE = ["--config.model.d_model=256", "--config.model.num_heads=4", "--config.m
          "--config.data.batch_size=64", "--config.task.name=copy",
          "--config.data.train_lengths=64,64", "--config.data.buckets=64,72",
          "--config.train.eval_lengths=()", "--config.eval.lengths=(64,)"]
-
-
-def median_seconds(function: Callable[[], object], repeats: int = 10, blocks: int = 5) -> float:
-    """Median over ``blocks`` of the mean wall time of ``repeats`` calls (after 3 warm-ups)."""
-    for _ in range(3):
-        jax.block_until_ready(function())
-    times = []
-    for _ in range(blocks):
-        start = time.perf_counter()
-        for _ in range(repeats):
-            out = function()
-        jax.block_until_ready(out)
-        times.append((time.perf_counter() - start) / repeats)
-    return statistics.median(times)
 
 
 def step_matmuls(config, source: int, target: int, batch: int) -> list[tuple[str, int, int, int]]:

@@ -92,6 +92,20 @@ def memory_gb(device: jax.Device) -> float | None:
     return stats["peak_bytes_in_use"] / 2**30 if stats and "peak_bytes_in_use" in stats else None
 
 
+def median_seconds(function: Callable[[], object], repeats: int = 10, blocks: int = 5) -> float:
+    """Median over ``blocks`` of the mean wall time of ``repeats`` calls (after 3 warm-ups)."""
+    for _ in range(3):
+        jax.block_until_ready(function())
+    times = []
+    for _ in range(blocks):
+        start = time.perf_counter()
+        for _ in range(repeats):
+            out = function()
+        jax.block_until_ready(out)
+        times.append((time.perf_counter() - start) / repeats)
+    return statistics.median(times)
+
+
 def timed(call: Callable, params: Any, opt_state: Any, inputs: Sequence[Any], steps: int,
           blocks: int = 3, per_call: int = 1) -> tuple[float, float]:
     """(compile + first call seconds, median seconds per step over ``blocks`` blocks of about
