@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from tiny_models import forward, random_inputs, tiny_model
+from tiny_models import forward, prefix_inputs, random_inputs, tiny_model
 
 from pe_research.model.attention import fused_attention
 from pe_research.model.masks import (
@@ -67,24 +67,6 @@ def test_attention_pads_only_for_cudnn_by_default():
     padded = jax.jit(lambda *a: fused_attention(*a, mask, "xla", pad_to_even=True)).lower(
         q, k, v, bias).as_text()
     assert "stablehlo.pad" in padded
-
-
-def prefix_inputs(T: int, S: int, causal: bool, bias_batch: int | None):
-    """q ``[3, T, 2, 8]``, k and v ``[3, S, 2, 8]``, a bias ``[bias_batch, 2, T, S]`` (or None)
-    and a ``PrefixMask`` (encoder, causal decoder or cross) whose rows see all keys, all but
-    the last two, and none (a batch-padding row)."""
-    keys = jax.random.split(jax.random.key(1), 4)
-    q = jax.random.normal(keys[0], (3, T, 2, 8))
-    k, v = (jax.random.normal(key, (3, S, 2, 8)) for key in keys[1:3])
-    bias = None if bias_batch is None else jax.random.normal(keys[3], (bias_batch, 2, T, S))
-    source_mask = jnp.arange(S)[None] < jnp.array([S, S - 2, 0])[:, None]
-    if causal:  # the decoder's self-attention: T = S
-        mask = prefix_masks(source_mask, source_mask)[0]
-    elif T == S:
-        mask = prefix_masks(source_mask)[0]
-    else:
-        mask = prefix_masks(source_mask, jnp.ones((3, T), bool))[1]
-    return q, k, v, bias, mask
 
 
 @pytest.mark.parametrize(("T", "S", "causal", "bias_batch", "pad"), [

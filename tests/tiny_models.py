@@ -8,6 +8,7 @@ import numpy as np
 from flax import nnx
 
 from pe_research.model import ModelConfig, Seq2SeqTransformer
+from pe_research.model.masks import PrefixMask, prefix_masks
 from pe_research.positional import default_pe_config
 
 CORE_SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi", "t5")
@@ -57,3 +58,22 @@ def forward(model, source, target, source_offset=0, target_offset=0, key=None):
     return model(source, target, arange_positions(batch, s_len, source_offset),
                  arange_positions(batch, t_len, target_offset), jnp.ones(source.shape, bool),
                  jnp.ones(target.shape, bool), dropout_key=key)
+
+
+def prefix_inputs(T: int, S: int, causal: bool, bias_batch: int | None, head_dim: int = 8,
+                  ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array | None, PrefixMask]:
+    """q ``[3, T, 2, head_dim]``, k and v ``[3, S, 2, head_dim]``, a bias ``[bias_batch, 2, T,
+    S]`` (or None) and a ``PrefixMask`` (encoder, causal decoder or cross) whose rows see all
+    keys, all but the last two, and none (a batch-padding row)."""
+    keys = jax.random.split(jax.random.key(1), 4)
+    q = jax.random.normal(keys[0], (3, T, 2, head_dim))
+    k, v = (jax.random.normal(key, (3, S, 2, head_dim)) for key in keys[1:3])
+    bias = None if bias_batch is None else jax.random.normal(keys[3], (bias_batch, 2, T, S))
+    source_mask = jnp.arange(S)[None] < jnp.array([S, S - 2, 0])[:, None]
+    if causal:  # the decoder's self-attention: T = S
+        mask = prefix_masks(source_mask, source_mask)[0]
+    elif T == S:
+        mask = prefix_masks(source_mask)[0]
+    else:
+        mask = prefix_masks(source_mask, jnp.ones((3, T), bool))[1]
+    return q, k, v, bias, mask
