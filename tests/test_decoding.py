@@ -5,7 +5,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from tiny_models import arange_positions, random_inputs, spread_parameters, tiny_model
+from tiny_models import (
+    arange_positions,
+    forced_cached_logits,
+    random_inputs,
+    spread_parameters,
+    tiny_model,
+)
 
 from pe_research.model.decoding import NEVER, PAD_ID, greedy_decode, naive_greedy_decode
 from pe_research.positional.registry import SCHEMES
@@ -33,21 +39,6 @@ def inputs():
     source = jnp.where(source_mask, source, PAD_ID)
     target_positions = arange_positions(BATCH, TARGET_LEN) * 2 + 3
     return source, source_mask, arange_positions(BATCH, SOURCE_LEN), target_positions, forced
-
-
-def forced_cached_logits(model, source, source_positions, source_mask, target_positions, tokens):
-    """Logits ``[B, T, V]`` from ``decode_step`` fed the given tokens one at a time."""
-    encoded = model.encode(source, source_positions, source_mask)
-
-    def step(cache, inputs):
-        tokens_B, positions_B = inputs
-        logits, cache = model.decode_step(tokens_B[:, None], positions_B[:, None], encoded,
-                                          source_positions, source_mask, cache)
-        return cache, logits
-
-    cache = model.init_cache(*tokens.shape)
-    _, logits_TxBxV = jax.lax.scan(step, cache, (tokens.T, target_positions.T))
-    return jnp.swapaxes(logits_TxBxV, 0, 1)
 
 
 @pytest.mark.parametrize("scheme", sorted(SCHEMES))

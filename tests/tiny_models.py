@@ -77,3 +77,18 @@ def prefix_inputs(T: int, S: int, causal: bool, bias_batch: int | None, head_dim
     else:
         mask = prefix_masks(source_mask, jnp.ones((3, T), bool))[1]
     return q, k, v, bias, mask
+
+
+def forced_cached_logits(model, source, source_positions, source_mask, target_positions, tokens):
+    """Logits ``[B, T, V]`` from ``decode_step`` fed the given tokens one at a time."""
+    encoded = model.encode(source, source_positions, source_mask)
+
+    def step(cache, inputs):
+        tokens_B, positions_B = inputs
+        logits, cache = model.decode_step(tokens_B[:, None], positions_B[:, None], encoded,
+                                          source_positions, source_mask, cache)
+        return cache, logits
+
+    cache = model.init_cache(*tokens.shape)
+    _, logits_TxBxV = jax.lax.scan(step, cache, (tokens.T, target_positions.T))
+    return jnp.swapaxes(logits_TxBxV, 0, 1)

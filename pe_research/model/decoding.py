@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from pe_research.model.single_stack import left_align
+from pe_research.model.single_stack import joint_mask, left_align
 from pe_research.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 NEVER = -1  # an eos_id that never matches: decode all T steps (speed measurements)
@@ -172,6 +172,7 @@ def causal_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS
     visible = visible | ((keys_W[None, :] == queries_L[:, None])[None]
                          & ~key_real_BxW[:, :width + 1, None])  # a padding query sees itself
     cache = model.empty_cache(batch, total, len(model.layers))
+    visible = joint_mask(visible, width, 1, causal=False)  # without a source: SEP sees itself
     logits_BxV, cache = model.run_cached(tokens, positions, visible, cache)
     graphdef, state = nnx.split(model)
     output_BxT, done_B = _first_state(batch, length, pad_id)
@@ -181,7 +182,8 @@ def causal_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS
     def body(carry):
         step, tokens_Bx1, cache, output_BxT, done_B = carry
         positions_Bx1 = jax.lax.dynamic_slice_in_dim(target_positions_BxT, step, 1, axis=1)
-        visible_Bx1xW = ((keys_W <= width + step)[None, None, :] & key_real_BxW[:, None, :])
+        visible_Bx1xW = joint_mask((keys_W <= width + step)[None, None, :]
+                                   & key_real_BxW[:, None, :], width, step + 1, causal=False)
         logits_BxV, cache = nnx.merge(graphdef, state).run_cached(
             tokens_Bx1, positions_Bx1, visible_Bx1xW, cache)
         next_B = _choose(logits_BxV, done_B, pad_id, step, eos_steps_B, eos_id)

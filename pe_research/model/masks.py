@@ -38,6 +38,13 @@ def prefix_masks(source_mask_BxS: jax.Array, target_mask_BxT: jax.Array | None =
             PrefixMask(cross_mask(target_mask_BxT, source_mask_BxS), source_lengths))
 
 
+def cache_mask(index: jax.Array, batch: int, max_length: int) -> PrefixMask:
+    """``[B, 1, max_length]``: one new query per row sees the cache's first ``index + 1`` keys
+    (those written so far, its own included): key lengths, no causal flag."""
+    lengths_B = jnp.full((batch,), index + 1, jnp.int32)
+    return PrefixMask(jnp.arange(max_length)[None, None, :] < lengths_B[:, None, None], lengths_B)
+
+
 def encoder_self_mask(source_mask_BxS: jax.Array) -> jax.Array:
     """``[B, S, S]``: every query sees every real source token."""
     batch, length = source_mask_BxS.shape

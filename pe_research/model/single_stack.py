@@ -24,6 +24,7 @@ from flax import nnx
 
 from pe_research.model.config import ModelConfig
 from pe_research.model.layers import EncoderLayer, split_key
+from pe_research.model.masks import PrefixMask
 from pe_research.model.transformer import (
     TokenModel,
     input_modules,
@@ -53,6 +54,18 @@ def self_visible(real_BxW: jax.Array, causal: bool) -> jax.Array:
     if causal:
         visible = visible & jnp.tril(jnp.ones((width, width), bool))[None]
     return visible | (jnp.eye(width, dtype=bool)[None] & ~real_BxW[:, :, None])
+
+
+def joint_mask(visible_BxLxW: jax.Array, width: int, lengths_B: jax.Array | int,
+               causal: bool) -> jax.Array | PrefixMask:
+    """``visible``, with each row's key lengths when there are no source slots (``width`` 0, a
+    language model's rows): then the visible keys are a prefix of the row, which cuDNN takes as
+    lengths and a causal flag instead of a mask tensor (model/masks.py). A padding query then
+    sees the real keys instead of itself; its output is never scored."""
+    if width:
+        return visible_BxLxW
+    lengths_B = jnp.broadcast_to(jnp.asarray(lengths_B, jnp.int32), visible_BxLxW.shape[:1])
+    return PrefixMask(visible_BxLxW, lengths_B, causal)
 
 
 class SingleStackTransformer(TokenModel):
@@ -100,13 +113,14 @@ class SingleStackTransformer(TokenModel):
             target_positions_BxT, source_mask_BxS, target_mask_BxT)
         keys = split_key(dropout_key, 1 + len(self.layers))
         x = self.embed_inputs(tokens, positions, keys[0])
-        visible = self_visible(real, self.causal)
+        visible = joint_mask(self_visible(real, self.causal), width,
+                             jnp.sum(real, axis=-1, dtype=jnp.int32), self.causal)
         for layer, layer_key in zip(self.layers, keys[1:], strict=True):
             x = layer(x, positions, visible, self.pe, layer_key)
         return self.logits(x[:, width:])
 
     def run_cached(self, tokens_BxL: jax.Array, positions_BxL: jax.Array,
-                   visible_BxLxW: jax.Array, cache: list[dict[str, jax.Array]],
+                   visible_BxLxW: jax.Array | PrefixMask, cache: list[dict[str, jax.Array]],
                    ) -> tuple[jax.Array, list[dict[str, jax.Array]]]:
         """Decoder-only: L new tokens through the stack with the cache; logits of the last."""
         x = self.embed_inputs(tokens_BxL, positions_BxL, None)

@@ -13,7 +13,7 @@ from flax import nnx
 
 from pe_research.model.config import ModelConfig
 from pe_research.model.layers import DecoderLayer, EncoderLayer, dropout, split_key
-from pe_research.model.masks import prefix_masks
+from pe_research.model.masks import cache_mask, prefix_masks
 from pe_research.positional.base import PositionalScheme
 from pe_research.positional.nope import NoPE
 from pe_research.positional.registry import build_scheme, scheme_class
@@ -179,9 +179,8 @@ class Seq2SeqTransformer(TokenModel):
                     ) -> tuple[jax.Array, list[dict[str, jax.Array]]]:
         """Logits ``[B, V]`` for one new token per sequence, and the updated cache."""
         batch, max_length = cache[0]["k"].shape[:2]
-        visible = jnp.arange(max_length) <= cache[0]["index"]
-        self_mask = jnp.broadcast_to(visible[None, None, :], (batch, 1, max_length))
-        source_mask = source_mask_BxS[:, None, :]
+        self_mask = cache_mask(cache[0]["index"], batch, max_length)
+        _, source_mask = prefix_masks(source_mask_BxS, jnp.ones((batch, 1), bool))
         y = self.embed_inputs(tokens_Bx1, positions_Bx1, None)
         new_cache = []
         for layer, layer_cache in zip(self.decoder_layers, cache, strict=True):
