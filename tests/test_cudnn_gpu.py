@@ -5,7 +5,7 @@ key lengths and a causal flag (``PrefixMask``), padded to even lengths, is compa
 dense-mask attention in float32: outputs and gradients within bfloat16's error, rows that see
 no key finite. The attention-level cases passed on an H200 (2026-11-26, relative errors
 1.8e-3 to 6.7e-3, on other random draws of the same shapes; benchmarks/RESULTS.md); the
-model-level ones had not run there yet.
+model-level ones (encoder-decoder, and a language model by key lengths) had not run there yet.
 """
 
 import jax
@@ -13,8 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from tiny_models import VOCAB, arange_positions, prefix_inputs, tiny_model
+from tiny_models import VOCAB, arange_positions, prefix_inputs, tiny_config
 
+from pe_research.model import Seq2SeqTransformer, SingleStackTransformer
 from pe_research.model.attention import fused_attention
 
 pytestmark = pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU with cuDNN")
@@ -50,19 +51,25 @@ def test_cudnn_by_key_lengths_equals_xla_with_the_dense_mask(T, S, causal, with_
             assert relative_error(grad[rows], reference_grad[rows]) < 2e-2
 
 
-@pytest.mark.parametrize("scheme", ["rope", "alibi", "t5", "fire"])
-def test_a_bfloat16_model_with_cudnn_matches_one_with_xla(scheme):
-    """Padded rows, odd lengths, a row of batch padding: logits and every gradient."""
+@pytest.mark.parametrize(("scheme", "architecture"), [
+    ("rope", "encoder_decoder"), ("alibi", "encoder_decoder"), ("t5", "encoder_decoder"),
+    ("fire", "encoder_decoder"), ("alibi", "decoder_only"), ("rope", "decoder_only")])
+def test_a_bfloat16_model_with_cudnn_matches_one_with_xla(scheme, architecture):
+    """Padded rows, odd lengths, a row of batch padding: logits and every gradient. The
+    decoder-only model is a language model's (no source slots: key lengths and causal flag)."""
     rng = np.random.default_rng(0)
-    batch, source_width, target_width = 4, 9, 7
+    batch, target_width = 4, 7
+    source_width = 9 if architecture == "encoder_decoder" else 0
     source = jnp.asarray(rng.integers(3, VOCAB, (batch, source_width)), jnp.int32)
     target = jnp.asarray(rng.integers(3, VOCAB, (batch, target_width)), jnp.int32)
     source_mask = jnp.arange(source_width)[None] < jnp.array([9, 5, 1, 0])[:, None]
     target_mask = jnp.arange(target_width)[None] < jnp.array([7, 3, 2, 0])[:, None]
     results = {}
     for implementation in ("xla", "cudnn"):
-        model = tiny_model(scheme, dtype="bfloat16", attention_implementation=implementation,
-                           d_model=64, num_heads=2)
+        config = tiny_config(scheme, dtype="bfloat16", attention_implementation=implementation,
+                             d_model=64, num_heads=2, architecture=architecture)
+        model = (Seq2SeqTransformer if architecture == "encoder_decoder"
+                 else SingleStackTransformer)(config, rngs=nnx.Rngs(0))
         graph, params, rest = nnx.split(model, nnx.Param, ...)
 
         def loss(params, graph=graph, rest=rest):
