@@ -14,6 +14,10 @@ Shapes (task length n; every batch is exactly one shape, no padding):
   relative encoding with positions randomized over [0, 2048) (configs/randomized_pe_benchmark.py).
 * ``large``: encoder-decoder, d_model 512, 8 heads, 6+6 layers, d_ff 2048, batch 64, copy at
   n = 255 (256 source and 256 target tokens with EOS), RoPE.
+* ``language_model``: configs/language_model.py (decoder-only, ALiBi, characters of the Python
+  standard library's source, written to data/python_stdlib.txt when absent) at ``large``'s
+  size: d_model 512, 8 heads, 12 layers, d_ff 2048, batch 64, windows of n = 511 characters
+  (512 tokens with BOS); no source, so cuDNN gets key lengths and a causal flag.
 
 Per shape, attention implementation (``xla``; ``cudnn`` on a GPU, bfloat16 only), dtype and
 steps per call (``train.steps_per_call``: 1, and 10 as the trainer picks for these shapes):
@@ -39,6 +43,7 @@ from step_timing import compile_train_step, memory_gb, peak_flops, run, timed
 from pe_research.config import collect_overrides, load_config
 from pe_research.errors import ConfigError, UsageError
 from pe_research.tasks import get_task
+from pe_research.tasks.corpora import write_stdlib_corpus
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
@@ -51,12 +56,21 @@ SHAPES: dict[str, tuple[str, int, tuple[str, ...]]] = {
         "--config.model.d_model=512", "--config.model.num_heads=8", "--config.model.d_ff=2048",
         "--config.model.num_encoder_layers=6", "--config.model.num_decoder_layers=6",
         "--config.data.batch_size=64", "--config.model.pe.type=rope")),
+    "language_model": ("language_model.py", 511, (
+        "--config.model.d_model=512", "--config.model.num_heads=8", "--config.model.d_ff=2048",
+        "--config.model.num_decoder_layers=12", "--config.data.batch_size=64")),
 }
+# The language model reads a text file: the Python standard library's source, written once.
+CORPUS = REPO / "data" / "python_stdlib.txt"
 
 
 def shape_config(name: str, implementation: str, dtype: str, overrides: list[str]):
     """The config of shape ``name``: one task length, buckets that fit it exactly."""
     file, length, shape_overrides = SHAPES[name]
+    if file == "language_model.py":
+        if not CORPUS.exists():
+            write_stdlib_corpus(CORPUS)
+        shape_overrides = (*shape_overrides, f"--config.task.path={CORPUS}")
     base = [*shape_overrides, f"--config.data.train_lengths={length},{length}",
             "--config.train.eval_lengths=()", f"--config.eval.lengths=({length},)",
             f"--config.model.attention_implementation={implementation}",
@@ -64,7 +78,7 @@ def shape_config(name: str, implementation: str, dtype: str, overrides: list[str
     config = load_config(CONFIGS / file, base, validate=False)
     task = get_task(config.task.to_dict(), config.data.to_dict())
     source, target = task.widest([length])
-    config.data.buckets = tuple(sorted({source, target + 1}))
+    config.data.buckets = tuple(sorted({source, target + 1} - {0}))  # a language model: S = 0
     return load_config(CONFIGS / file, [*base, f"--config.data.buckets={config.data.buckets}"])
 
 

@@ -67,6 +67,22 @@ def test_train_speed_prints_a_row_per_steps_per_call_with_one_steps_flops():
     assert rows[0][9] == rows[1][9] and float(rows[0][9]) > 0
 
 
+def test_the_language_model_shape_trains_full_windows_without_a_source():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from train_speed import shape_config
+
+    from pe_research import data
+    from pe_research.tasks import get_task
+
+    config = shape_config("language_model", "xla", "float32", ["--config.data.batch_size=2"])
+    assert (config.model.architecture, config.model.d_model, config.model.num_decoder_layers,
+            config.data.buckets) == ("decoder_only", 512, 12, (512,))
+    task = get_task(config.task.to_dict(), config.data.to_dict())
+    batch = data.train_batch(task, config.data, config.seed, 0)
+    assert batch["source"].shape == (2, 0) and batch["target_input"].shape == (2, 512)
+    assert batch["target_mask"].all()  # 511 characters and BOS: no padding
+
+
 def test_program_flops_count_matrix_products_from_their_formula():
     import jax
     import jax.numpy as jnp
