@@ -28,7 +28,9 @@ backend reports it (shapes run from small to large, so it is that shape's), FLOP
 XLA's cost analysis of the lowered, unoptimised xla-attention program (``program_flops``: the
 same count on every backend; a cuDNN custom call reports none, so its rows take the xla count)
 and MFU against the device's dense bf16 peak (``step_timing.PEAK_FLOPS``: H100/H200 989 TFLOP/s,
-A100 312); on a CPU, FLOP/s only. A combination that fails prints its one-line error in its row.
+A100 312); on a CPU, FLOP/s only. A combination that fails prints its one-line error in its row,
+and one whose step needs more memory than the device has (``language_model`` on a small host) is
+skipped with the two sizes in its row.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from step_timing import compile_train_step, memory_gb, peak_flops, run, timed
 
 from pe_research.config import collect_overrides, load_config
 from pe_research.errors import ConfigError, UsageError
+from pe_research.evaluation.memory import device_memory_bytes
 from pe_research.tasks import get_task
 from pe_research.tasks.corpora import write_stdlib_corpus
 
@@ -96,12 +99,15 @@ def measure(config, steps: int, per_call: int) -> dict:
     """Compile time, median step time, tokens per step, FLOPs of one step and memory of
     ``per_call`` train steps per call."""
     step = compile_train_step(config, per_call=per_call)
+    needed, limit = step_memory_gb(step.compiled), device_memory_bytes(jax.devices()[0]) / 2**30
+    if needed and needed > limit:  # running it would fail, or swap for hours on a host
+        raise MemoryError(f"skipped: its step needs {needed:.1f} GB, the device has {limit:.1f}")
     _, step_s = timed(step.compiled, step.params, step.opt_state, step.inputs, steps,
                       per_call=per_call)
     tokens = sum(step.batches[0][key].size for key in ("source", "target_input"))
     return {"compile": step.compile_s, "step": step_s, "tokens": tokens,
             "flops": step.flops,
-            "memory": step_memory_gb(step.compiled), "peak": memory_gb(jax.devices()[0])}
+            "memory": needed, "peak": memory_gb(jax.devices()[0])}
 
 
 def combinations(dtypes: list[str]) -> list[tuple[str, str]]:
@@ -146,8 +152,10 @@ def main() -> None:
                 try:
                     result = measure(shape_config(shape, implementation, dtype, overrides),
                                      args.steps, per_call)
-                except (ConfigError, ValueError, NotImplementedError, RuntimeError) as error:
-                    print(f"{row} failed: {str(error).splitlines()[0][:160]} |||||||",
+                except (ConfigError, ValueError, NotImplementedError, RuntimeError,
+                        MemoryError) as error:
+                    failed = "" if isinstance(error, MemoryError) else "failed: "
+                    print(f"{row} {failed}{str(error).splitlines()[0][:160]} |||||||",
                           flush=True)
                     continue
                 if implementation == "xla" and result["flops"]:

@@ -83,6 +83,18 @@ def test_the_language_model_shape_trains_full_windows_without_a_source():
     assert batch["target_mask"].all()  # 511 characters and BOS: no padding
 
 
+def test_train_speed_skips_a_step_that_needs_more_memory_than_the_device_has(monkeypatch):
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import train_speed
+
+    config = train_speed.shape_config("default", "xla", "float32", [
+        "--config.model.d_model=16", "--config.model.d_ff=32", "--config.data.batch_size=4"])
+    monkeypatch.setattr(train_speed, "device_memory_bytes", lambda device: 2**10)  # 1 KiB
+    with pytest.raises(MemoryError, match=r"^skipped: its step needs [\d.]+ GB, the device has "
+                                          r"0\.0$"):
+        train_speed.measure(config, steps=1, per_call=1)
+
+
 def test_program_flops_count_matrix_products_from_their_formula():
     import jax
     import jax.numpy as jnp
