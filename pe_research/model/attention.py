@@ -69,16 +69,18 @@ def fused_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax.A
     if by_lengths is None:
         by_lengths = implementation == "cudnn"
     prefix = mask if by_lengths and isinstance(mask, PrefixMask) else None
-    mask_BxTxS = dense_mask(mask)
+    mask_BxTxS = None if prefix is not None else dense_mask(mask)  # by lengths: no mask tensor
     if pad_to_even is None:
         pad_to_even = implementation == "cudnn"
     if pad_to_even and T % 2:
         q_BxTxHxD = _pad_axis(q_BxTxHxD, 1)
-        mask_BxTxS = mask_BxTxS if mask_BxTxS.shape[1] == 1 else _pad_axis(mask_BxTxS, 1, "edge")
+        if mask_BxTxS is not None and mask_BxTxS.shape[1] > 1:
+            mask_BxTxS = _pad_axis(mask_BxTxS, 1, "edge")
         bias = bias if bias is None or bias.shape[2] == 1 else _pad_axis(bias, 2)
     if pad_to_even and S % 2:
         k_BxSxHxD, v_BxSxHxD = _pad_axis(k_BxSxHxD, 1), _pad_axis(v_BxSxHxD, 1)
-        mask_BxTxS = _pad_axis(mask_BxTxS, 2)  # False: the extra key is seen by no query
+        if mask_BxTxS is not None:
+            mask_BxTxS = _pad_axis(mask_BxTxS, 2)  # False: the extra key is seen by no query
         bias = bias if bias is None or bias.shape[3] == 1 else _pad_axis(bias, 3)
     if prefix is not None:
         # A row with no visible key (a batch-padding row) sees key 0 instead: its output is
