@@ -163,10 +163,9 @@ class CompiledStep:
         return groups(self.batches, self.per_call)
 
 
-def compile_train_step(config, batch_count: int = 4, per_call: int = 1) -> CompiledStep:
-    """Build ``config``'s model and optimizer and compile its train step (timed); with
-    ``per_call`` > 1, ``Steps.train_many`` over that many batches, as ``train.steps_per_call``
-    runs it."""
+def lower_train_step(config, batch_count: int = 4, per_call: int = 1):
+    """``config``'s train step (``per_call`` steps per call) lowered for its first batches:
+    (steps, lowered program, params, opt_state, batches, seconds the lowering took)."""
     task = get_task(config.task.to_dict(), config.data.to_dict())
     mesh = data_mesh()
     compiled_steps, params, opt_state = initial_train_state(config, task.vocabulary.size, mesh)
@@ -176,6 +175,17 @@ def compile_train_step(config, batch_count: int = 4, per_call: int = 1) -> Compi
     start = time.perf_counter()
     lowered = program(compiled_steps, per_call).lower(
         params, opt_state, groups(batches, per_call)[0], 0)
+    return compiled_steps, lowered, params, opt_state, batches, time.perf_counter() - start
+
+
+def compile_train_step(config, batch_count: int = 4, per_call: int = 1) -> CompiledStep:
+    """Build ``config``'s model and optimizer and compile its train step (timed); with
+    ``per_call`` > 1, ``Steps.train_many`` over that many batches, as ``train.steps_per_call``
+    runs it."""
+    compiled_steps, lowered, params, opt_state, batches, lowering_s = lower_train_step(
+        config, batch_count, per_call)
+    start = time.perf_counter()
     compiled = lowered.compile()
     return CompiledStep(compiled_steps, compiled, params, opt_state, batches,
-                        time.perf_counter() - start, per_call, program_flops(lowered))
+                        time.perf_counter() - start + lowering_s, per_call,
+                        program_flops(lowered))

@@ -40,7 +40,15 @@ import sys
 from pathlib import Path
 
 import jax
-from step_timing import compile_train_step, memory_gb, peak_flops, run, timed
+from step_timing import (
+    compile_train_step,
+    lower_train_step,
+    memory_gb,
+    peak_flops,
+    program_flops,
+    run,
+    timed,
+)
 
 from pe_research.config import collect_overrides, load_config
 from pe_research.errors import ConfigError, UsageError
@@ -110,12 +118,20 @@ def measure(config, steps: int, per_call: int) -> dict:
             "memory": needed, "peak": memory_gb(jax.devices()[0])}
 
 
-def combinations(dtypes: list[str]) -> list[tuple[str, str]]:
-    """(attention implementation, dtype) pairs that apply on this backend."""
+def combinations(dtypes: list[str], implementations: list[str]) -> list[tuple[str, str]]:
+    """(attention implementation, dtype) pairs of ``implementations`` that apply on this
+    backend."""
     pairs = [("xla", dtype) for dtype in dtypes]
     if jax.default_backend() == "gpu":
         pairs += [("cudnn", dtype) for dtype in dtypes if dtype in ("bfloat16", "float16")]
-    return pairs
+    return [pair for pair in pairs if pair[0] in implementations]
+
+
+def xla_flops(shape: str, dtype: str, overrides: list[str], per_call: int) -> float | None:
+    """FLOPs of the shape's step with xla attention, from its lowered program alone (a cuDNN
+    custom call counts none)."""
+    config = shape_config(shape, "xla", dtype, overrides)
+    return program_flops(lower_train_step(config, per_call=per_call)[1])
 
 
 def main() -> None:
@@ -123,6 +139,8 @@ def main() -> None:
     parser.add_argument("--shapes", default=",".join(SHAPES), help=f"of {tuple(SHAPES)}")
     gpu = jax.default_backend() == "gpu"
     parser.add_argument("--dtypes", default="float32,bfloat16" if gpu else "float32")
+    parser.add_argument("--implementations", default="xla,cudnn",
+                        help="attention implementations (cudnn runs on a GPU only)")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per block (3 blocks)")
     parser.add_argument("--steps-per-call", default="1,10",
                         help="train steps per call (train.steps_per_call), comma-separated")
@@ -133,6 +151,9 @@ def main() -> None:
     if not per_calls or min(per_calls) < 1:
         raise UsageError(f"--steps-per-call {args.steps_per_call}: give positive integers, "
                          "e.g. 1,10")
+    implementations = [i for i in args.implementations.split(",") if i]
+    if not implementations or set(implementations) - {"xla", "cudnn"}:
+        raise UsageError(f"--implementations {args.implementations}: choose from xla,cudnn")
     unknown = sorted(set(shapes) - set(SHAPES))
     if unknown:
         raise UsageError(f"--shapes {','.join(unknown)}: not a shape; choose from {tuple(SHAPES)}")
@@ -146,7 +167,7 @@ def main() -> None:
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for shape in shapes:
         flops_of: dict[str, float] = {}  # dtype -> one step's FLOPs with xla attention
-        for implementation, dtype in combinations(args.dtypes.split(",")):
+        for implementation, dtype in combinations(args.dtypes.split(","), implementations):
             for per_call in sorted(set(per_calls)):
                 row = f"| {shape} | {implementation} | {dtype} | {per_call} |"
                 try:
@@ -160,6 +181,8 @@ def main() -> None:
                     continue
                 if implementation == "xla" and result["flops"]:
                     flops_of[dtype] = result["flops"]
+                if dtype not in flops_of:  # a cuDNN row without its xla row
+                    flops_of[dtype] = xla_flops(shape, dtype, overrides, per_call)
                 flops = flops_of.get(dtype) or result["flops"]
                 rate = flops / result["step"] if flops else None
                 cells = [f"{result['tokens'] / result['step']:,.0f}",

@@ -5,7 +5,10 @@ key lengths and a causal flag (``PrefixMask``), padded to even lengths, is compa
 dense-mask attention in float32: outputs and gradients within bfloat16's error, rows that see
 no key finite. The attention-level cases passed on an H200 (2026-11-26, relative errors
 1.8e-3 to 6.7e-3, on other random draws of the same shapes; benchmarks/RESULTS.md); the
-model-level ones (encoder-decoder, and a language model by key lengths) had not run there yet.
+model-level ones first ran there on 2026-11-26 and failed for the learned biases (T5, FIRE:
+gradients 64-211 % off, where xla in bfloat16 was within 0.7-1.6 % of float32; Transformer-XL:
+NaN), whose bias went to cuDNN in float32; ``fused_attention`` now casts it to q's dtype. The
+model-level cases have not run on a GPU since (the lease was spent): run this file first.
 """
 
 import jax
@@ -26,16 +29,24 @@ def relative_error(a, b) -> float:
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
-@pytest.mark.parametrize(("T", "S", "causal", "with_bias"), [
-    (255, 255, False, False), (255, 255, True, False), (255, 256, False, False),
-    (255, 255, True, True), (254, 256, False, True), (7, 7, True, False)])
-def test_cudnn_by_key_lengths_equals_xla_with_the_dense_mask(T, S, causal, with_bias):
-    q, k, v, bias, mask = prefix_inputs(T, S, causal, 1 if with_bias else None, head_dim=64)
+@pytest.mark.parametrize(("T", "S", "causal", "bias_batch", "dense"), [
+    (255, 255, False, None, False), (255, 255, True, None, False),
+    (255, 256, False, None, False), (255, 255, True, 1, False), (254, 256, False, 1, False),
+    (7, 7, True, None, False), (255, 255, True, 3, False), (254, 256, False, 3, False),
+    (255, 255, True, 1, True), (254, 256, False, 3, True), (7, 7, True, 1, False)])
+@pytest.mark.parametrize("bias_dtype", ["bfloat16", "float32"])
+def test_cudnn_by_key_lengths_equals_xla_with_the_dense_mask(T, S, causal, bias_batch, dense,
+                                                            bias_dtype):
+    """A per-row bias (batch 3), a batch-1 one, none; by key lengths or a dense mask; the bias
+    in bfloat16 or, as the schemes give it, float32."""
+    q, k, v, bias, prefix = prefix_inputs(T, S, causal, bias_batch, head_dim=64)
+    mask = prefix.dense if dense else prefix
 
     def gradients(implementation, dtype):
         def loss(q, k, v, bias):
             cast = lambda x: None if x is None else x.astype(dtype)  # noqa: E731
-            out = fused_attention(cast(q), cast(k), cast(v), cast(bias), mask, implementation)
+            bias = bias if bias_dtype == "float32" else cast(bias)
+            out = fused_attention(cast(q), cast(k), cast(v), bias, mask, implementation)
             out = out.astype(jnp.float32)
             return jnp.sum((out * jnp.cos(out))[:2]), out
         return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True,
@@ -51,22 +62,32 @@ def test_cudnn_by_key_lengths_equals_xla_with_the_dense_mask(T, S, causal, with_
             assert relative_error(grad[rows], reference_grad[rows]) < 2e-2
 
 
-@pytest.mark.parametrize(("scheme", "architecture"), [
-    ("rope", "encoder_decoder"), ("alibi", "encoder_decoder"), ("t5", "encoder_decoder"),
-    ("fire", "encoder_decoder"), ("alibi", "decoder_only"), ("rope", "decoder_only")])
-def test_a_bfloat16_model_with_cudnn_matches_one_with_xla(scheme, architecture):
+@pytest.mark.parametrize(("scheme", "architecture", "shared"), [
+    ("rope", "encoder_decoder", False), ("alibi", "encoder_decoder", False),
+    ("t5", "encoder_decoder", False), ("fire", "encoder_decoder", False),
+    ("t5", "encoder_decoder", True), ("fire", "encoder_decoder", True),
+    ("alibi", "decoder_only", False), ("rope", "decoder_only", False),
+    ("t5", "decoder_only", True), ("transformer_xl", "encoder_only", True),
+    ("t5", "encoder_only", True)])
+def test_a_bfloat16_model_with_cudnn_matches_one_with_xla(scheme, architecture, shared):
     """Padded rows, odd lengths, a row of batch padding: logits and every gradient. The
-    decoder-only model is a language model's (no source slots: key lengths and causal flag)."""
+    decoder-only model is a language model's (no source slots: key lengths and causal flag);
+    the encoder-only one has a source (a dense mask, where the batch-padding row's queries see
+    no key). Positions per row ``[B, T]`` (a bias of batch B) or ``shared`` by the batch ``[1,
+    T]``, as training gives them. Each gradient is compared with float32's."""
     rng = np.random.default_rng(0)
     batch, target_width = 4, 7
-    source_width = 9 if architecture == "encoder_decoder" else 0
+    source_width = 0 if architecture == "decoder_only" else 9
     source = jnp.asarray(rng.integers(3, VOCAB, (batch, source_width)), jnp.int32)
     target = jnp.asarray(rng.integers(3, VOCAB, (batch, target_width)), jnp.int32)
     source_mask = jnp.arange(source_width)[None] < jnp.array([9, 5, 1, 0])[:, None]
     target_mask = jnp.arange(target_width)[None] < jnp.array([7, 3, 2, 0])[:, None]
+    rows = 1 if shared else batch
+    source_positions = arange_positions(rows, source_width)
+    target_positions = arange_positions(rows, target_width)
     results = {}
-    for implementation in ("xla", "cudnn"):
-        config = tiny_config(scheme, dtype="bfloat16", attention_implementation=implementation,
+    for implementation, dtype in (("xla", "float32"), ("xla", "bfloat16"), ("cudnn", "bfloat16")):
+        config = tiny_config(scheme, dtype=dtype, attention_implementation=implementation,
                              d_model=64, num_heads=2, architecture=architecture)
         model = (Seq2SeqTransformer if architecture == "encoder_decoder"
                  else SingleStackTransformer)(config, rngs=nnx.Rngs(0))
@@ -74,16 +95,24 @@ def test_a_bfloat16_model_with_cudnn_matches_one_with_xla(scheme, architecture):
 
         def loss(params, graph=graph, rest=rest):
             logits = nnx.merge(graph, params, rest)(
-                source, target, arange_positions(batch, source_width),
-                arange_positions(batch, target_width), source_mask, target_mask)
+                source, target, source_positions, target_positions, source_mask, target_mask)
             logits = jnp.where(target_mask[..., None], logits, 0)
-            return jnp.sum(logits ** 2), logits
+            return jnp.sum(logits.astype(jnp.float32) ** 2), logits
 
         (_, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
-        results[implementation] = (logits, jax.tree.leaves(grads))
-    (logits, grads), (reference, reference_grads) = results["cudnn"], results["xla"]
+        results[implementation, dtype] = (logits, jax.tree.leaves_with_path(grads))
+    reference, reference_grads = results["xla", "float32"]
+    _, xla_grads = results["xla", "bfloat16"]
+    logits, grads = results["cudnn", "bfloat16"]
     assert relative_error(logits, reference) < 3e-2
-    for grad, reference_grad in zip(grads, reference_grads, strict=True):
-        assert bool(jnp.all(jnp.isfinite(grad)))
-        if float(jnp.linalg.norm(reference_grad.astype(jnp.float32))) > 0:
-            assert relative_error(grad, reference_grad) < 8e-2
+    # A parameter whose gradient is a sum that nearly cancels (a bias shared by a row's keys)
+    # loses most of its digits in bfloat16 whatever the kernel: cuDNN's error is held to
+    # bfloat16's own, as xla shows it.
+    for (path, grad), (_, xla_grad), (_, reference_grad) in zip(
+            grads, xla_grads, reference_grads, strict=True):
+        assert bool(jnp.all(jnp.isfinite(grad))), jax.tree_util.keystr(path)
+        if float(jnp.linalg.norm(reference_grad)) > 0:
+            error, bfloat16_error = (relative_error(g, reference_grad) for g in (grad, xla_grad))
+            print(f"{jax.tree_util.keystr(path)}: cudnn {error:.2e}, xla bf16 "
+                  f"{bfloat16_error:.2e}")
+            assert error < max(8e-2, 3 * bfloat16_error), jax.tree_util.keystr(path)

@@ -101,6 +101,23 @@ def test_attention_by_key_lengths_equals_the_dense_mask(T, S, causal, bias_batch
                                        g[:2] if g.shape[0] == 3 else g, rtol=1e-4, atol=1e-6)
 
 
+def test_cudnn_gets_the_bias_in_the_dtype_of_q(monkeypatch):
+    """A float32 bias beside bfloat16 q went to cuDNN as it was, and its gradient came back
+    wrong on an H200; xla keeps the float32 bias."""
+    dtypes = []
+
+    def attend(q, k, v, bias=None, **kwargs):
+        dtypes.append((kwargs["implementation"], bias.dtype))
+        return q
+
+    monkeypatch.setattr(jax.nn, "dot_product_attention", attend)
+    q, k, v, bias, prefix = prefix_inputs(6, 6, True, 1)
+    q, k, v = (x.astype(jnp.bfloat16) for x in (q, k, v))
+    for implementation in ("cudnn", "xla"):
+        fused_attention(q, k, v, bias, prefix, implementation)
+    assert dtypes == [("cudnn", jnp.bfloat16), ("xla", jnp.float32)]
+
+
 def test_prefix_masks_are_the_dense_masks_with_their_key_lengths():
     source_mask = jnp.arange(6)[None] < jnp.array([6, 3, 0])[:, None]
     target_mask = jnp.arange(4)[None] < jnp.array([4, 1, 2])[:, None]

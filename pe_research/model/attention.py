@@ -64,8 +64,15 @@ def fused_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax.A
     (a bucket plus EOS). So for cuDNN (``pad_to_even`` None) an odd T gets one extra query, a
     copy of the last row's mask, whose output is dropped, and an odd S one zero key that no
     query sees (masked, or beyond every key length): the result is the unpadded attention's.
+
+    For cuDNN the bias takes q's dtype. jax hands cuDNN a float32 bias beside bfloat16 q, k, v
+    as it is; on an H200 the outputs were right, but the gradients of T5's and FIRE's float32
+    biases were 64-211 % off and Transformer-XL's NaN, while a bfloat16 bias's passed
+    (tests/test_cudnn_gpu.py).
     """
     T, S = q_BxTxHxD.shape[1], k_BxSxHxD.shape[1]
+    if implementation == "cudnn" and bias is not None:
+        bias = bias.astype(q_BxTxHxD.dtype)
     if by_lengths is None:
         by_lengths = implementation == "cudnn"
     prefix = mask if by_lengths and isinstance(mask, PrefixMask) else None
