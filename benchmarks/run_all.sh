@@ -4,8 +4,9 @@
 #   bash benchmarks/run_all.sh                      # all of them, into runs/benchmarks/
 #   OUT_DIR=/tmp/bench bash benchmarks/run_all.sh train_speed ensemble_speed
 #
-# Made for a GPU: there the scripts add their cuDNN and bfloat16 rows themselves, and
-# scheme_cost runs a second time with cuDNN attention in bfloat16. On a CPU the `large` train
+# Made for a GPU: there the scripts add their cuDNN and bfloat16 rows themselves, scheme_cost
+# runs a second time with cuDNN attention in bfloat16, and cudnn_check, first, runs
+# tests/test_cudnn_gpu.py (cuDNN against xla, outputs and gradients; skipped on a CPU). On a CPU the `large` train
 # shape alone takes about an hour (benchmarks/RESULTS.md); run the scripts one by one there.
 # PYTHON picks the interpreter (default .venv/bin/python, else python3). A benchmark that fails
 # is reported and the rest still run; the exit status says whether any failed.
@@ -15,7 +16,7 @@ OUT_DIR=${OUT_DIR:-runs/benchmarks}
 PYTHON=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # pe_research without an install, too
 export PYTHONUNBUFFERED=1  # rows appear as they are measured
-ALL=(train_speed step_profile attention_kernels ensemble_speed bias_memory scheme_cost
+ALL=(cudnn_check train_speed step_profile attention_kernels ensemble_speed bias_memory scheme_cost
      scheme_cost_cudnn eval_memory eval_speed data_throughput)
 NAMES=("$@")
 [ ${#NAMES[@]} -eq 0 ] && NAMES=("${ALL[@]}")
@@ -25,6 +26,8 @@ command_of() {  # the benchmark's command line, by name
     scheme_cost_cudnn)
       echo "benchmarks/scheme_cost.py --config.model.attention_implementation=cudnn" \
            "--config.model.dtype=bfloat16" ;;
+    cudnn_check)
+      echo "-m pytest tests/test_cudnn_gpu.py -q -p no:cacheprovider" ;;
     step_profile)
       echo "benchmarks/step_profile.py --shape large --implementation cudnn --dtype bfloat16" ;;
     train_speed | attention_kernels | ensemble_speed | bias_memory | scheme_cost | eval_memory \

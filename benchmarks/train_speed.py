@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import jax
@@ -118,7 +119,8 @@ def measure(config, steps: int, per_call: int) -> dict:
             "memory": needed, "peak": memory_gb(jax.devices()[0])}
 
 
-def combinations(dtypes: list[str], implementations: list[str]) -> list[tuple[str, str]]:
+def combinations(dtypes: list[str], implementations: Sequence[str] = ("xla", "cudnn"),
+                 ) -> list[tuple[str, str]]:
     """(attention implementation, dtype) pairs of ``implementations`` that apply on this
     backend."""
     pairs = [("xla", dtype) for dtype in dtypes]

@@ -95,6 +95,22 @@ def test_train_speed_skips_a_step_that_needs_more_memory_than_the_device_has(mon
         train_speed.measure(config, steps=1, per_call=1)
 
 
+def test_a_cudnn_row_without_its_xla_row_counts_the_xla_programs_flops():
+    """``--implementations cudnn``: the FLOPs come from lowering the xla program alone, the
+    count an xla row would have printed (a cuDNN call counts none)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import jax
+    import train_speed
+    from step_timing import compile_train_step
+
+    overrides = ["--config.model.d_model=16", "--config.model.d_ff=32",
+                 "--config.data.batch_size=4"]
+    xla_row = compile_train_step(train_speed.shape_config("default", "xla", "float32", overrides))
+    assert train_speed.xla_flops("default", "float32", overrides, 1) == xla_row.flops > 0
+    assert train_speed.combinations(["bfloat16"], ["cudnn"]) == (
+        [("cudnn", "bfloat16")] if jax.default_backend() == "gpu" else [])
+
+
 def test_program_flops_count_matrix_products_from_their_formula():
     import jax
     import jax.numpy as jnp
@@ -207,6 +223,8 @@ def test_step_profile_attributes_a_cpu_step_to_the_models_parts():
 @pytest.mark.parametrize(("args", "message"), [
     (("train_speed.py", "--steps-per-call", "0"),
      "error: --steps-per-call 0: give positive integers, e.g. 1,10"),
+    (("train_speed.py", "--implementations", "flash"),
+     "error: --implementations flash: choose from xla,cudnn"),
     (("ensemble_speed.py", "--members", "0"),
      "error: --members 0: give positive counts, e.g. 1,4,8"),
     (("ensemble_speed.py", "--config", "configs/randomized_pe_benchmark.py",
@@ -234,7 +252,7 @@ def test_run_all_names_the_choices_for_an_unknown_benchmark(tmp_path):
     done = subprocess.run(["bash", "benchmarks/run_all.sh", "train_speed", "nope"], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert done.stderr.startswith("error: no benchmark named 'nope'; choose from: train_speed ")
+    assert done.stderr.startswith("error: no benchmark named 'nope'; choose from: cudnn_check ")
     assert not (tmp_path / "out").exists()  # checked before anything ran
 
 
