@@ -14,12 +14,15 @@ nothing is padding), RoPE. Printed, each the median of 5 blocks after warm-up:
 2. The step, split: forward (loss only), forward + backward (``value_and_grad``), the optimizer
    update alone, the whole train step one per call, and per step with ``--steps-per-call``
    steps in one call (``train.steps_per_call``; XLA maps the program's temporaries afresh for
-   every call, so fewer calls fault in less memory).
+   every call, so fewer calls fault in less memory). The two whole-step rows each run in a
+   process of their own (``--step-only K``), as the trainer runs its step: in the process that
+   ran the parts they came out up to 15 % slower (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 
@@ -28,16 +31,17 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from step_timing import median_seconds, run
+from step_timing import compile_train_step, median_seconds, run, timed
 
 from pe_research import data
 from pe_research.config import collect_overrides, load_config
+from pe_research.errors import UsageError
 from pe_research.evaluation.metrics import token_cross_entropy
 from pe_research.mesh import data_mesh
 from pe_research.model import build_model
 from pe_research.tasks import get_task
 from pe_research.training.optimizer import make_optimizer
-from pe_research.training.steps import forward, make_steps
+from pe_research.training.steps import forward
 
 REPO = Path(__file__).resolve().parents[1]
 SHAPE = ["--config.model.d_model=256", "--config.model.num_heads=4", "--config.model.d_ff=1024",
@@ -82,9 +86,10 @@ def gemm_floor(matmuls) -> None:
           f"{total['numpy'] * 1e3:.1f} ms (x3 for forward + backward)\n")
 
 
-def step_parts(config, steps_per_call: int) -> None:
+def step_parts(config, steps_per_call: int, overrides: list[str]) -> None:
     """Forward, forward + backward, optimizer update, whole step (one per call and
-    ``steps_per_call`` per call, ``train.steps_per_call``), in ms per step."""
+    ``steps_per_call`` per call, ``train.steps_per_call``, each in a process of its own), in ms
+    per step."""
     task = get_task(config.task.to_dict(), config.data.to_dict())
     model = build_model(config, task.vocabulary.size)
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
@@ -101,26 +106,13 @@ def step_parts(config, steps_per_call: int) -> None:
     backward = jax.jit(jax.value_and_grad(loss))
     grads = backward(params)[1]
     update = jax.jit(lambda g, s, p: optax.apply_updates(p, optimizer.update(g, s, p)[0]))
-    steps, fresh = make_steps(model, config.train, config.seed, data_mesh())
-    state = {"params": fresh, "opt": optimizer.init(fresh)}
-
-    def train_step():
-        state["params"], state["opt"], metrics = steps.train(state["params"], state["opt"],
-                                                             batch, 0)
-        return metrics
-
-    def train_call():
-        state["params"], state["opt"], metrics = steps.train_many(
-            state["params"], state["opt"], [batch] * steps_per_call, 0)
-        return metrics
-
     tokens = batch["source"].size + batch["target_input"].size
     parts = {"forward (loss)": median_seconds(lambda: forward_only(params)),
              "forward + backward": median_seconds(lambda: backward(params)),
              "optimizer update": median_seconds(lambda: update(grads, opt_state, params)),
-             "train step (all of it)": median_seconds(train_step),
-             f"train step, {steps_per_call} per call": median_seconds(
-                 train_call, repeats=max(1, 10 // steps_per_call)) / steps_per_call}
+             "train step (all of it)": step_in_own_process(1, overrides),
+             f"train step, {steps_per_call} per call": step_in_own_process(steps_per_call,
+                                                                           overrides)}
     print("| part | ms | share of the step |")
     print("|---|---:|---:|")
     whole = parts["train step (all of it)"]
@@ -131,21 +123,48 @@ def step_parts(config, steps_per_call: int) -> None:
           f"{steps_per_call} per call: {tokens / grouped:,.0f} tokens/s")
 
 
+def step_in_own_process(per_call: int, overrides: list[str]) -> float:
+    """Seconds per train step, ``per_call`` steps per call, timed by a fresh process of this
+    script (``--step-only``)."""
+    done = subprocess.run([sys.executable, __file__, "--step-only", str(per_call), *overrides],
+                          capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise RuntimeError(f"the step in its own process failed: {done.stderr.strip()[-300:]}")
+    return float(done.stdout.split()[-1])
+
+
+def step_only(config, per_call: int) -> None:
+    """Print one train step's seconds, ``per_call`` steps per call, the step built as the
+    trainer builds it: the median of 3 blocks after warm-up (5 steps each at one per call, else
+    the larger of ``per_call`` and 10)."""
+    step = compile_train_step(config, per_call=per_call)
+    _, seconds = timed(step.compiled, step.params, step.opt_state, step.inputs,
+                       steps=max(per_call, 5 if per_call == 1 else 10), per_call=per_call)
+    print(seconds)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-floor", action="store_true")
     parser.add_argument("--steps-per-call", type=int, default=10,
                         help="train steps per jitted call for the last row (default 10)")
+    parser.add_argument("--step-only", type=int, metavar="K",
+                        help="only time the train step, K per call, and print its seconds")
     overrides, rest = collect_overrides(sys.argv[1:])
     args = parser.parse_args(rest)
+    for flag, value in (("--steps-per-call", args.steps_per_call), ("--step-only", args.step_only)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} {value}: give a positive number of steps per call")
     config = load_config(REPO / "configs" / "default.py", [*SHAPE, *overrides])
+    if args.step_only:
+        return step_only(config, args.step_only)
     print(f"device: {jax.devices()[0].device_kind} ({jax.default_backend()}), jax "
           f"{jax.__version__}; d_model {config.model.d_model}, "
           f"{config.model.num_encoder_layers}+{config.model.num_decoder_layers} layers, batch "
           f"{config.data.batch_size}\n")
     if not args.skip_floor:
         gemm_floor(step_matmuls(config, 64, 72, config.data.batch_size))
-    step_parts(config, args.steps_per_call)
+    step_parts(config, args.steps_per_call, overrides)
 
 
 if __name__ == "__main__":

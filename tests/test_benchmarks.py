@@ -111,6 +111,13 @@ def test_a_cudnn_row_without_its_xla_row_counts_the_xla_programs_flops():
         [("cudnn", "bfloat16")] if jax.default_backend() == "gpu" else [])
 
 
+def test_cpu_breakdown_times_the_step_in_a_process_of_its_own():
+    out = run_script("benchmarks/cpu_breakdown.py", "--step-only", "2",
+                     "--config.model.d_model=16", "--config.model.d_ff=32",
+                     "--config.data.batch_size=4")
+    assert out.splitlines()[-1] == out.split()[-1] and 0 < float(out.split()[-1]) < 10
+
+
 def test_program_flops_count_matrix_products_from_their_formula():
     import jax
     import jax.numpy as jnp
@@ -223,6 +230,8 @@ def test_step_profile_attributes_a_cpu_step_to_the_models_parts():
 @pytest.mark.parametrize(("args", "message"), [
     (("train_speed.py", "--steps-per-call", "0"),
      "error: --steps-per-call 0: give positive integers, e.g. 1,10"),
+    (("cpu_breakdown.py", "--step-only", "0"),
+     "error: --step-only 0: give a positive number of steps per call"),
     (("train_speed.py", "--implementations", "flash"),
      "error: --implementations flash: choose from xla,cudnn"),
     (("ensemble_speed.py", "--members", "0"),
