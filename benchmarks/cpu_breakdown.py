@@ -5,7 +5,7 @@
 
 The bigger shape of the PyTorch comparison: configs/default.py's encoder-decoder at d_model 256,
 4 heads, 4+4 layers, d_ff 1024, batch 64, source 64 and target 72 tokens (copy at n = 64, so
-nothing is padding), RoPE. Printed, each the median of 5 blocks after warm-up:
+nothing is padding), RoPE. Printed, each the median of 5 blocks after warm-up (the whole step: 3):
 
 1. The floor: every matrix product of the step (forward shapes; the backward pass runs two more
    of each size) as bare ``jnp.matmul`` under ``jax.jit`` and as NumPy's BLAS, in GFLOP/s.
