@@ -6,8 +6,9 @@
 #
 # Made for a GPU: there the scripts add their cuDNN and bfloat16 rows themselves, scheme_cost
 # runs a second time with cuDNN attention in bfloat16, and cudnn_check, first, runs
-# tests/test_cudnn_gpu.py (cuDNN against xla, outputs and gradients; skipped on a CPU). On a CPU the `large` train
-# shape alone takes about an hour (benchmarks/RESULTS.md); run the scripts one by one there.
+# tests/test_cudnn_gpu.py (cuDNN against xla, outputs and gradients; skipped on a CPU). On a
+# CPU the `large` train shape alone takes about an hour (benchmarks/RESULTS.md); run the
+# scripts one by one there.
 # PYTHON picks the interpreter (default .venv/bin/python, else python3). A benchmark that fails
 # is reported and the rest still run; the exit status says whether any failed.
 set -uo pipefail

@@ -29,12 +29,16 @@ def relative_error(a, b) -> float:
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
-@pytest.mark.parametrize(("T", "S", "causal", "bias_batch", "dense"), [
+ATTENTION_CASES = [  # T, S, causal, bias batch, dense mask
     (255, 255, False, None, False), (255, 255, True, None, False),
     (255, 256, False, None, False), (255, 255, True, 1, False), (254, 256, False, 1, False),
     (7, 7, True, None, False), (255, 255, True, 3, False), (254, 256, False, 3, False),
-    (255, 255, True, 1, True), (254, 256, False, 3, True), (7, 7, True, 1, False)])
-@pytest.mark.parametrize("bias_dtype", ["bfloat16", "float32"])
+    (255, 255, True, 1, True), (254, 256, False, 3, True), (7, 7, True, 1, False)]
+
+
+@pytest.mark.parametrize(("T", "S", "causal", "bias_batch", "dense", "bias_dtype"), [
+    (*case, dtype) for case in ATTENTION_CASES
+    for dtype in (("bfloat16", "float32") if case[3] else ("bfloat16",))])
 def test_cudnn_by_key_lengths_equals_xla_with_the_dense_mask(T, S, causal, bias_batch, dense,
                                                             bias_dtype):
     """A per-row bias (batch 3), a batch-1 one, none; by key lengths or a dense mask; the bias
