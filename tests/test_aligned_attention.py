@@ -49,13 +49,13 @@ def test_the_aligned_slot_holds_the_token_that_the_query_slot_predicts(task_name
         jnp.zeros(batch["target_input"].shape, jnp.int32),
         *(jnp.asarray(batch[k]) for k in ("source_mask", "target_mask")))
     examples, queries, keys, targets = aligned_pairs(batch, task_name)
-    width = batch["source"].shape[1]
+    sources = batch["source_mask"].sum(-1)
     outputs = batch["target_mask"].sum(-1) - 1
     assert len(examples) == outputs.sum()  # every target token before EOS, once
     np.testing.assert_array_equal(np.asarray(tokens)[examples, keys],
                                   batch["target_output"][examples, targets])
-    assert np.all(np.asarray(real)[examples, keys]) and np.all(keys < width)
-    np.testing.assert_array_equal(queries - width, targets)  # logits slot j scores target j
+    assert np.all(np.asarray(real)[examples, keys]) and np.all(keys < sources[examples])
+    np.testing.assert_array_equal(queries - sources[examples], targets)  # slot j scores target j
     assert np.all(keys < queries)  # a causal query sees its aligned key
 
 
@@ -64,14 +64,14 @@ def test_aligned_weights_read_the_weights_at_the_aligned_slots():
     batch = {"source": np.zeros((2, 3)), "source_mask": np.array([[1, 1, 0], [1, 0, 0]]),
              "target_mask": np.array([[1, 1, 1, 0], [1, 1, 0, 0]])}
     weights = np.zeros((2, 2, 7, 7))
-    weights[0, :, 3, 1] = [0.5, 0.1]  # example 0, j=0: source 0 sits at slot 3 - 2 + 0
-    weights[0, :, 4, 2] = [0.7, 0.3]  # j=1: slot 2
-    weights[1, :, 3, 2] = [0.9, 0.2]  # example 1 (length 1), j=0: slot 3 - 1 + 0
+    weights[0, :, 2, 0] = [0.5, 0.1]  # example 0, j=0: the query at 2 + 0, source 0 at 0
+    weights[0, :, 3, 1] = [0.7, 0.3]  # j=1: the query at 2 + 1, source 1 at 1
+    weights[1, :, 1, 0] = [0.9, 0.2]  # example 1 (length 1), j=0: the query at 1 + 0
     result = aligned_weights([{"weights": weights}], batch, "copy")
     np.testing.assert_allclose(result, [[(0.5 + 0.7 + 0.9) / 3, (0.1 + 0.3 + 0.2) / 3]])
     reverse = aligned_weights([{"weights": weights}], batch, "reverse_string")
-    np.testing.assert_allclose(reverse, [[0.9 / 3, 0.2 / 3]])  # length 2 reversed: slots 2, 1
-    # Head 0's largest weights sit at slots 1, 2 and 2: distances back 2, 2 and 1.
+    np.testing.assert_allclose(reverse, [[0.9 / 3, 0.2 / 3]])  # length 2 reversed: slots 1, 0
+    # Head 0's largest weights sit at slots 0, 1 and 0: distances back 2, 2 and 1.
     assert pointer([{"weights": weights}], batch, "copy", 0, 0) == {
         "on_aligned": 1.0, "modal_distance": 2, "modal_share": pytest.approx(2 / 3)}
     assert pointer([{"weights": weights}], batch, "reverse_string", 0, 0)["on_aligned"] == \

@@ -38,7 +38,7 @@ SCRIPT = REPO / "experiments" / "answer_attention.py"
 
 def test_the_end_indices_hold_the_first_and_last_source_tokens(tmp_path):
     """In the encoder-only joint sequence, the indices hold source tokens 0 and n-1, and the slot
-    after the last is the first answer slot; positions follow the tokens."""
+    after the last is the first answer slot; positions follow the packed slots."""
     batch = task_batch("even_pairs", (3, 6), tmp_path)
     model = SingleStackTransformer(tiny_config("rope", architecture="encoder_only",
                                                vocab_size=32), rngs=nnx.Rngs(0))
@@ -57,7 +57,12 @@ def test_the_end_indices_hold_the_first_and_last_source_tokens(tmp_path):
     np.testing.assert_array_equal(joint_positions(batch, source_positions, target_positions),
                                   np.asarray(positions))
     np.testing.assert_array_equal(np.asarray(positions)[rows, last], 10 * (count - 1))
-    np.testing.assert_array_equal(np.asarray(positions)[rows, last + 1], 99)
+    # The first answer slot follows the last token: the joint position after it (the packed
+    # positions: the source's S, then the target side's T).
+    width = batch["source"].shape[1]
+    after = np.where(count < width, 10 * count, 99)
+    np.testing.assert_array_equal(np.asarray(positions)[rows, last + 1], after)
+    np.testing.assert_array_equal(np.asarray(tokens)[rows, last + 1], 1)  # the slot token
 
 
 def test_the_head_on_the_last_token_and_what_it_attends_to():
@@ -65,22 +70,22 @@ def test_the_head_on_the_last_token_and_what_it_attends_to():
     weights chosen by hand."""
     batch = {"source": np.zeros((2, 3)), "source_mask": np.array([[1, 1, 0], [1, 1, 1]]),
              "target_input": np.zeros((2, 2))}
-    weights = np.zeros((2, 2, 5, 5))  # one layer: [B, H, W, W]; the slot is index 3
-    weights[:, 0, 3, :] = [[0, 0.25, 0.75, 0, 0], [0.5, 0.25, 0.25, 0, 0]]
-    weights[:, 1, 3, :] = [[0, 0.5, 0.5, 0, 0], [0, 0, 1.0, 0, 0]]
+    weights = np.zeros((2, 2, 5, 5))  # one layer: [B, H, W, W]; the slots: indices 2 and 3
+    weights[0, :, 2, :] = [[0.25, 0.75, 0, 0, 0], [0.5, 0.5, 0, 0, 0]]
+    weights[1, :, 3, :] = [[0.5, 0.25, 0.25, 0, 0], [0, 0, 1.0, 0, 0]]
     rows = slot_rows([{"weights": weights}, {"weights": 0.5 * weights[:, ::-1]}], batch)
     assert rows.shape == (2, 2, 2, 5)
     first, last = end_indices(batch)
-    np.testing.assert_array_equal(first, [1, 0])
-    np.testing.assert_array_equal(last, [2, 2])
+    np.testing.assert_array_equal(first, [0, 0])
+    np.testing.assert_array_equal(last, [1, 2])
     assert head_on(rows, last) == (0, 1)  # mean on last: head 0 0.5, head 1 0.75
-    assert head_on(rows, first) == (0, 0)  # on first: head 0 (0 + 0.5) / 2, head 1 0
-    positions = np.array([[0, 4, 8, 9, 10], [1, 3, 6, 7, 8]])
+    assert head_on(rows, first) == (0, 0)  # on first: head 0 (0.25 + 0.5) / 2, head 1 0.25
+    positions = np.array([[4, 8, 9, 10, 0], [1, 3, 6, 7, 8]])
     numbers = follow_head(rows, (0, 1), first, last, positions)
     assert numbers["last"] == pytest.approx(0.75)
     assert numbers["last3"] == pytest.approx(1.0)
     assert numbers["first"] == pytest.approx((0.5 + 0.0) / 2)
-    assert numbers["first3"] == pytest.approx(1.0)  # slots 1-2 of example 0, 0-2 of example 1
+    assert numbers["first3"] == pytest.approx(1.0)  # slots 0-1 of example 0, 0-2 of example 1
     assert numbers["first_position"] == pytest.approx((4 + 1) / 2)
     assert numbers["attended_position"] == pytest.approx((0.5 * 4 + 0.5 * 8 + 6) / 2)
     assert numbers["last_position"] == pytest.approx(7.0)

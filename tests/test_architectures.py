@@ -13,7 +13,7 @@ from pe_research.errors import ConfigError
 from pe_research.evaluation.metrics import token_cross_entropy
 from pe_research.model import SingleStackTransformer
 from pe_research.model.decoding import greedy_decode, naive_greedy_decode
-from pe_research.model.single_stack import left_align, self_visible
+from pe_research.model.single_stack import pack, self_visible, target_slots
 from pe_research.positional import SCHEMES
 from pe_research.positional.randomize import make_positions, random_positions
 from pe_research.special_tokens import BOS_ID, EOS_ID
@@ -61,24 +61,27 @@ def logits_of(model, batch, key=None):
                  batch["target_mask"], dropout_key=key)
 
 
-def test_left_align_moves_real_tokens_to_the_end():
-    x = jnp.asarray([[1, 2, 3, 0], [4, 0, 0, 0]])
-    np.testing.assert_array_equal(left_align(x, jnp.asarray([3, 1]), 9),
-                                  [[9, 1, 2, 3], [9, 9, 9, 4]])
+def test_pack_puts_each_rows_target_side_right_after_its_source():
+    source, second = jnp.asarray([[1, 2, 3, 0], [4, 0, 0, 0]]), jnp.asarray([[5, 6], [7, 8]])
+    np.testing.assert_array_equal(pack(source, second, jnp.asarray([3, 1]), 9),
+                                  [[1, 2, 3, 5, 6, 9], [4, 7, 8, 9, 9, 9]])
 
 
 def test_joint_positions_run_on_from_the_source():
     batch = ragged_batch()
     source, target = batch_positions({"type": "rope"}, batch, jax.random.key(0), False,
                                      "decoder_only")
-    np.testing.assert_array_equal(target[0, :5], [6, 7, 8, 9, 10])
-    np.testing.assert_array_equal(target[1, :3], [3, 4, 5])
-    np.testing.assert_array_equal(source[1, :3], [0, 1, 2])
+    # One row for the batch: the packed joint sequence's 0 .. 11, split at the source's 6.
+    assert source.shape == (1, 6) and target.shape == (1, 6)
+    np.testing.assert_array_equal(np.concatenate([source[0], target[0]]), np.arange(12))
     # Randomized: one sorted draw over source + target, so the target continues the source.
     pe = {"type": "rope", "randomize": {"max_position": 64, "eval_policy": "randomized"}}
     source, target = batch_positions(pe, batch, jax.random.key(1), True, "encoder_only")
-    row = np.concatenate([np.asarray(source[1, :3]), np.asarray(target[1, :3])])
-    assert list(row) == sorted(set(row.tolist())) and row.max() < 64
+    row = np.concatenate([np.asarray(source[1]), np.asarray(target[1])])[:3 + 3]
+    assert source.shape == (2, 6) and list(row) == sorted(set(row.tolist())) and row.max() < 64
+    drawn = {**pe, "randomize": {**pe["randomize"], "per": "batch"}}
+    assert batch_positions(drawn, batch, jax.random.key(1), True, "encoder_only")[0].shape == \
+        (1, 6)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES_TO_CHECK)
@@ -185,16 +188,20 @@ def test_decoder_only_loss_ignores_the_source_outputs():
     for layer in model.layers:
         x = layer(x, joint_positions, self_visible(real, True), model.pe, None)
 
+    count = jnp.sum(batch["source_mask"], axis=-1)  # [6, 3]: the target side starts there
+
     def loss_from_states(states):
-        logits = model.logits(states[:, 6:])
+        logits = model.logits(target_slots(states, count, 6))
         return token_cross_entropy(logits, batch["target_output"], batch["target_mask"])
 
     full = model(batch["source"], batch["target_input"], *positions, batch["source_mask"],
                  batch["target_mask"])
-    np.testing.assert_allclose(model.logits(x[:, 6:]), full, atol=1e-6)
+    np.testing.assert_allclose(model.logits(target_slots(x, count, 6)), full, atol=1e-6)
     grads = jax.grad(loss_from_states)(x)
-    assert float(jnp.max(jnp.abs(grads[:, :6]))) == 0.0
-    assert float(jnp.min(jnp.max(jnp.abs(grads[:, 6:9]), axis=-1))) > 0.0
+    assert float(jnp.max(jnp.abs(grads[0, :6]))) == 0.0  # the source slots
+    assert float(jnp.max(jnp.abs(grads[1, :3]))) == 0.0
+    assert float(jnp.min(jnp.max(jnp.abs(grads[0, 6:9]), axis=-1))) > 0.0  # scored targets
+    assert float(jnp.min(jnp.max(jnp.abs(grads[1, 3:6]), axis=-1))) > 0.0
 
 
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
@@ -216,6 +223,39 @@ def test_one_training_step_on_every_supported_scheme(architecture, scheme):
     eager_value, eager_grads = jax.value_and_grad(loss)(params)  # eager == jit, every scheme
     np.testing.assert_allclose(value, eager_value, rtol=1e-5)
     for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(eager_grads), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_positions_shared_by_the_rows_give_the_same_logits_and_gradients(architecture, scheme):
+    """Packed rows share their joint positions: ``[1, S + T]`` reaches every layer (a batch-1
+    bias), and the logits and gradients are those of the same positions repeated per row."""
+    if not supported(architecture, scheme):
+        return
+    model = single_stack(architecture, scheme)
+    batch = ragged_batch()
+    shared = batch_positions(model.config.pe, batch, jax.random.key(0), False, architecture)
+    assert [p.shape for p in shared] == [(1, 6), (1, 6)]
+    _, joint, _ = model.joint_inputs(batch["source"], batch["target_input"], *shared,
+                                     batch["source_mask"], batch["target_mask"])
+    assert joint.shape == (1, 12)
+    graph, params, rest = nnx.split(model, nnx.Param, ...)
+
+    def loss(params, positions):
+        logits = nnx.merge(graph, params, rest)(batch["source"], batch["target_input"],
+                                                *positions, batch["source_mask"],
+                                                batch["target_mask"])
+        return token_cross_entropy(logits, batch["target_output"], batch["target_mask"]), logits
+
+    grad = jax.jit(jax.value_and_grad(loss, has_aux=True))
+    (shared_loss, shared_logits), shared_grads = grad(params, shared)
+    (rows_loss, rows_logits), rows_grads = grad(params, [jnp.repeat(p, 2, 0) for p in shared])
+    mask = np.asarray(batch["target_mask"])
+    np.testing.assert_allclose(np.asarray(shared_logits)[mask], np.asarray(rows_logits)[mask],
+                               atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(shared_loss, rows_loss, rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(shared_grads), jax.tree.leaves(rows_grads), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 

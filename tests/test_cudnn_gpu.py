@@ -76,9 +76,9 @@ def test_cudnn_by_key_lengths_equals_xla_with_the_dense_mask(T, S, causal, bias_
 def test_a_bfloat16_model_with_cudnn_matches_one_with_xla(scheme, architecture, shared):
     """Padded rows, odd lengths, a row of batch padding: logits and every gradient. The
     decoder-only model is a language model's (no source slots: key lengths and causal flag);
-    the encoder-only one has a source (a dense mask, where the batch-padding row's queries see
-    no key). Positions per row ``[B, T]`` (a bias of batch B) or ``shared`` by the batch ``[1,
-    T]``, as training gives them. Each gradient is compared with float32's."""
+    the encoder-only one has a source (packed rows: key lengths as well). Positions per row
+    ``[B, T]`` (a bias of batch B) or ``shared`` by the batch ``[1, T]``, as training gives
+    them. Each gradient is compared with float32's."""
     rng = np.random.default_rng(0)
     batch, target_width = 4, 7
     source_width = 0 if architecture == "decoder_only" else 9

@@ -2,8 +2,8 @@
 each output reproduces (copy: source j for output j; reverse_string: source n-1-j;
 duplicate_string: source j mod n).
 
-A decoder-only model reads ``[source (n tokens), SEP, target]`` with the source at the end of
-its S slots (``model/single_stack.py``), and the query at target slot j predicts target token j.
+A decoder-only model reads ``[source (n tokens), SEP, target]`` packed (``model/
+single_stack.py``): the query at index n + j (target slot j) predicts target token j.
 For copy, the aligned key is then n tokens back at every output: a head that copies by position
 must attend at distance n, a distance the model never saw beyond the training lengths.
 """
@@ -40,10 +40,9 @@ def aligned_pairs(batch: Mapping[str, Any], task: str,
     """``(example, query, key, target)`` index arrays, one entry per target token j before EOS:
     the joint-sequence slot predicting target token j, the source token's slot it reproduces,
     and j itself."""
-    width = np.asarray(batch["source"]).shape[1]
     sources = np.asarray(batch["source_mask"], bool).sum(axis=-1)
     outputs = np.asarray(batch["target_mask"], bool).sum(axis=-1) - 1  # the last predicts EOS
-    pairs = [(b, width + j, width - int(n) + ALIGNED_SOURCE[task](int(n), j), j)
+    pairs = [(b, int(n) + j, ALIGNED_SOURCE[task](int(n), j), j)
              for b, (n, m) in enumerate(zip(sources, outputs, strict=True)) for j in range(int(m))]
     if not pairs:
         raise UsageError("the batch has no target tokens to align")

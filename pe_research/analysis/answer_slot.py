@@ -1,8 +1,8 @@
 """Where an encoder-only model's answer slot looks: its weight on the input's first and last tokens.
 
-An encoder-only model reads ``[source (n tokens), answer slots]`` with the source at the end of
-its S slots (``model/single_stack.py``), so the first answer slot sits at index S, the last
-input token at S - 1 and the first at S - n. On a task whose answer depends on both ends
+An encoder-only model reads ``[source (n tokens), answer slots]`` packed (``model/
+single_stack.py``), so the first input token sits at index 0, the last at n - 1 and the first
+answer slot at n. On a task whose answer depends on both ends
 (even_pairs: is the first token equal to the last), heads of the slot must find the last token,
 its neighbour, and the first, n tokens back, at every length. These functions measure one head's
 weight on each end and the mean position (in the scheme's position units) it attends to.
@@ -13,37 +13,30 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
-
-from pe_research.model.single_stack import left_align
 
 
 def slot_rows(sites: Sequence[Mapping[str, Any]], batch: Mapping[str, Any]) -> np.ndarray:
     """``[B, layers, H, W]``: the first answer slot's softmax weights over the joint sequence
     (``sites``: ``decompose`` of an encoder-only model on ``batch``)."""
-    slot = np.asarray(batch["source"]).shape[1]
-    return np.stack([np.asarray(site["weights"])[:, :, slot, :] for site in sites], axis=1)
+    slot_B = np.asarray(batch["source_mask"], bool).sum(axis=-1)
+    rows = np.arange(len(slot_B))
+    return np.stack([np.asarray(site["weights"])[rows, :, slot_B, :] for site in sites], axis=1)
 
 
 def end_indices(batch: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     """Joint-sequence indices ``[B]`` of each example's first and last input token."""
-    width = np.asarray(batch["source"]).shape[1]
     count = np.asarray(batch["source_mask"], bool).sum(axis=-1)
-    return width - count, np.full_like(count, width - 1)
+    return np.zeros_like(count), count - 1
 
 
 def joint_positions(batch: Mapping[str, Any], source_positions: Any,
                     target_positions: Any) -> np.ndarray:
-    """``[B, W]`` position of every joint-sequence slot, the source right-aligned as the model
-    lays it out (``single_stack.left_align``; 0 on padding)."""
-    source = np.asarray(batch["source"])
-    count = np.asarray(batch["source_mask"], bool).sum(axis=-1)
-    source_positions = np.broadcast_to(np.asarray(source_positions), source.shape)
-    target_positions = np.broadcast_to(np.asarray(target_positions),
-                                       np.asarray(batch["target_input"]).shape)
-    right = np.asarray(left_align(jnp.asarray(source_positions), jnp.asarray(count), 0))
-    return np.concatenate([right, target_positions], axis=1)
+    """``[B, W]`` position of every joint-sequence slot (the model's packed joint sequence,
+    whose positions ``batch_positions`` gives split at S)."""
+    rows = np.asarray(batch["source"]).shape[0]
+    return np.concatenate([np.broadcast_to(np.asarray(p), (rows, np.shape(p)[1]))
+                           for p in (source_positions, target_positions)], axis=1)
 
 
 def head_on(rows_BxLxHxW: np.ndarray, token_B: np.ndarray) -> tuple[int, int]:
@@ -63,7 +56,6 @@ def follow_head(rows_BxLxHxW: np.ndarray, head: tuple[int, int], first_B: np.nda
     keys = np.arange(weights.shape[1])[None, :]
     last3 = (keys >= (last_B - 2)[:, None]) & (keys <= last_B[:, None])
     first3 = (keys >= first_B[:, None]) & (keys <= np.minimum(first_B + 2, last_B)[:, None])
-    slot = last_B[0] + 1
     return {"last": float(weights[rows, last_B].mean()),
             "last3": float((weights * last3).sum(axis=-1).mean()),
             "first": float(weights[rows, first_B].mean()),
@@ -71,7 +63,7 @@ def follow_head(rows_BxLxHxW: np.ndarray, head: tuple[int, int], first_B: np.nda
             "attended_position": float((weights * positions_BxW).sum(axis=-1).mean()),
             "last_position": float(positions_BxW[rows, last_B].mean()),
             "first_position": float(positions_BxW[rows, first_B].mean()),
-            "slot_position": float(positions_BxW[:, slot].mean())}
+            "slot_position": float(positions_BxW[rows, last_B + 1].mean())}
 
 
 def trained_last_positions(max_position: int, lengths: Sequence[int], slots_after: int,

@@ -113,7 +113,10 @@ def attention_terms(site: AttentionSite) -> dict[str, jax.Array]:
                                   site.positions, kind)
         for name, values in own.items():
             terms[name] = values.astype(jnp.float32) * math.sqrt(attention.head_dim)
-    return terms
+    # A position-only term of positions shared by the batch is batch-1; every term gets the
+    # batch, so terms add and index alike.
+    shape = jnp.broadcast_shapes(*(t.shape for t in terms.values()))
+    return {name: jnp.broadcast_to(t, shape) for name, t in terms.items()}
 
 
 def attention_weights(terms: dict[str, Any], mask_BxTxS: Any, head_dim: int) -> jax.Array:
@@ -233,8 +236,7 @@ def decompose(model: TokenModel, batch: dict[str, Any], example: int = 0, *,
     target_mask = jnp.asarray(batch["target_mask"], bool)
     source_positions = (jnp.broadcast_to(jnp.arange(source.shape[1]), source.shape)
                         if source_positions_BxS is None else jnp.asarray(source_positions_BxS))
-    first_target = (jnp.sum(source_mask, axis=-1, keepdims=True) if model.config.single_stack
-                    else 0)  # a single stack's positions run on from the source
+    first_target = source.shape[1] if model.config.single_stack else 0  # packed joint positions
     target_positions = (
         first_target + jnp.broadcast_to(jnp.arange(target_input.shape[1]), target_input.shape)
         if target_positions_BxT is None else jnp.asarray(target_positions_BxT))
@@ -242,9 +244,8 @@ def decompose(model: TokenModel, batch: dict[str, Any], example: int = 0, *,
                                    target_positions, source_mask, target_mask)
     sources, targets = (int(np.sum(np.asarray(m)[example])) for m in (source_mask, target_mask))
     # Each stack's real tokens, as (start, end) indices of its sequence.
-    if model.config.single_stack:  # the source sits at the end of its S slots
-        width = source.shape[1]
-        windows = {stack_name(model): (width - sources, width + targets)}
+    if model.config.single_stack:  # packed: the source, then the target side
+        windows = {stack_name(model): (0, sources + targets)}
     else:
         windows = {"encoder": (0, sources), "decoder": (0, targets)}
     results = []

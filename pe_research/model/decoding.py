@@ -22,7 +22,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from pe_research.model.single_stack import joint_mask, left_align
+from pe_research.model.masks import PrefixMask
+from pe_research.model.single_stack import joint_positions, pack, packed_mask
 from pe_research.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 NEVER = -1  # an eos_id that never matches: decode all T steps (speed measurements)
@@ -153,37 +154,38 @@ def causal_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS
                          eos_steps_B: jax.Array | None = None) -> jax.Array:
     """Decoder-only: prefill ``source SEP`` into the cache, then one token per step.
 
-    The joint sequence is that of ``SingleStackTransformer`` (source left-aligned in its S
-    slots, target from index S), so the cached and the teacher-forced model see the same keys.
+    The joint sequence is that of ``SingleStackTransformer`` (packed: row b's target token t
+    sits at index n_b + t after its n_b source tokens), so the cached and the teacher-forced
+    model see the same keys; each row writes its cache at its own index.
     """
     (batch, width), length = source_BxS.shape, target_positions_BxT.shape[1]
-    source_positions_BxS = jnp.broadcast_to(source_positions_BxS, source_BxS.shape)
-    target_positions_BxT = jnp.broadcast_to(target_positions_BxT, (batch, length))
-    total = width + length
-    count_B = jnp.sum(source_mask_BxS, axis=-1)
-    key_real_BxW = jnp.concatenate([left_align(source_mask_BxS, count_B, False),
-                                    jnp.ones((batch, length), bool)], 1)
-    tokens = jnp.concatenate([left_align(source_BxS, count_B, pad_id),
-                              jnp.full((batch, 1), bos_id, jnp.int32)], 1)
-    positions = jnp.concatenate([left_align(source_positions_BxS, count_B, 0),
-                                 target_positions_BxT[:, :1]], 1)
-    keys_W, queries_L = jnp.arange(total), jnp.arange(width + 1)
-    visible = (keys_W[None, :] <= queries_L[:, None])[None] & key_real_BxW[:, None, :]
-    visible = visible | ((keys_W[None, :] == queries_L[:, None])[None]
-                         & ~key_real_BxW[:, :width + 1, None])  # a padding query sees itself
-    cache = model.empty_cache(batch, total, len(model.layers))
-    visible = joint_mask(visible, width, 1, causal=False)  # without a source: SEP sees itself
-    logits_BxV, cache = model.run_cached(tokens, positions, visible, cache)
+    count_B = jnp.sum(source_mask_BxS, axis=-1).astype(jnp.int32)
+    positions = joint_positions(source_positions_BxS, target_positions_BxT)  # [1 or B, S + T]
+    tokens = pack(source_BxS, jnp.full((batch, 1), bos_id, jnp.int32), count_B, pad_id)
+    real_BxW = pack(source_mask_BxS.astype(bool), jnp.ones((batch, 1), bool), count_B, False)
+    # The prefill's S + 1 queries see the cache's S + T keys: a dense mask, as a causal flag
+    # where queries and keys differ in number is not checked on cuDNN; without a source the
+    # one query (SEP) sees one key, which key lengths alone say.
+    keys_real = jnp.pad(real_BxW, ((0, 0), (0, length - 1)))
+    visible = packed_mask(keys_real, causal=True).dense[:, :width + 1]
+    visible = visible if width else PrefixMask(visible, count_B + 1)
+    cache = [{**layer_cache, "positions": positions, "index": jnp.zeros((batch,), jnp.int32)}
+             for layer_cache in model.empty_cache(batch, width + length, len(model.layers))]
+    logits_BxV, cache = model.run_cached(tokens, positions[:, :width + 1], visible, cache,
+                                         read_B=count_B)
+    cache = [{**layer_cache, "index": count_B + 1} for layer_cache in cache]
     graphdef, state = nnx.split(model)
     output_BxT, done_B = _first_state(batch, length, pad_id)
     first_B = _choose(logits_BxV, done_B, pad_id, 0, eos_steps_B, eos_id)
     output_BxT = output_BxT.at[:, 0].set(first_B)
+    keys_W = jnp.arange(width + length)
+    all_positions = jnp.broadcast_to(positions, (batch, width + length))
 
     def body(carry):
         step, tokens_Bx1, cache, output_BxT, done_B = carry
-        positions_Bx1 = jax.lax.dynamic_slice_in_dim(target_positions_BxT, step, 1, axis=1)
-        visible_Bx1xW = joint_mask((keys_W <= width + step)[None, None, :]
-                                   & key_real_BxW[:, None, :], width, step + 1, causal=False)
+        slot_B = count_B + step  # this token's index in its packed row
+        positions_Bx1 = jnp.take_along_axis(all_positions, slot_B[:, None], axis=1)
+        visible_Bx1xW = PrefixMask(keys_W[None, None, :] <= slot_B[:, None, None], slot_B + 1)
         logits_BxV, cache = nnx.merge(graphdef, state).run_cached(
             tokens_Bx1, positions_Bx1, visible_Bx1xW, cache)
         next_B = _choose(logits_BxV, done_B, pad_id, step, eos_steps_B, eos_id)

@@ -166,8 +166,17 @@ class DecoderLayer(nnx.Module):
 
 
 def write_cache(cache: dict, k_BxTxHxD, v_BxTxHxD, positions_BxT) -> dict:
-    """Write new keys/values/positions at ``cache['index']`` (the same slot for every example)."""
+    """Write new keys/values/positions at ``cache['index']``: the same slot for every example,
+    or with an index per row ``[B]`` (packed single-stack rows) each row's own, keys and values
+    only: such a cache holds every slot's position from the start."""
     index = cache["index"]
+    if index.ndim:
+        def update_rows(cached_BxWxHxD, new_BxTxHxD):
+            write = functools.partial(jax.lax.dynamic_update_slice_in_dim, axis=0)
+            return jax.vmap(write)(cached_BxWxHxD, new_BxTxHxD.astype(cached_BxWxHxD.dtype),
+                                   index)
+        return {**cache, "k": update_rows(cache["k"], k_BxTxHxD),
+                "v": update_rows(cache["v"], v_BxTxHxD), "index": index + k_BxTxHxD.shape[1]}
     update = functools.partial(jax.lax.dynamic_update_slice_in_dim, start_index=index, axis=1)
     return {
         "k": update(cache["k"], k_BxTxHxD.astype(cache["k"].dtype)),

@@ -11,9 +11,13 @@ and evaluation do not change with the architecture.
   under a causal mask, the loss on target tokens only; greedy decoding prefills the source and
   SEP into a key/value cache, then generates.
 
-The joint sequence is ``[source, left-aligned in its S slots; target side, T slots]``: every
-row's target side starts at index S, and a row's real tokens are contiguous, so positions run
-on without a gap from the source into the target (positions come from ``joint_positions``).
+The joint sequence is packed: each row's source, then its T target-side slots right after
+it, then padding, ``[B, S + T]``. A row's real tokens are then a prefix of it, so the mask is
+key lengths (and a causal flag) that cuDNN takes without a mask tensor (model/masks.py), and
+the joint positions (``training.steps.batch_positions``: ``source_positions`` are its first S,
+``target_positions`` its last T) are one row ``[1, S + T]`` for the whole batch unless drawn
+per example, so every bias scheme computes a batch-1 bias. Row b's target slot j sits at index
+``n_b + j`` (n_b source tokens).
 """
 
 from __future__ import annotations
@@ -36,12 +40,31 @@ from pe_research.special_tokens import BOS_ID, PAD_ID
 SLOT_ID = BOS_ID  # encoder-only output slots; decoder-only's SEP is target_input's BOS
 
 
-def left_align(x_BxS: jax.Array, count_B: jax.Array, fill: int | bool) -> jax.Array:
-    """Each row's first ``count`` entries moved to the end of the row, ``fill`` before them."""
-    width = x_BxS.shape[1]
-    index_BxS = jnp.arange(width)[None, :] - (width - count_B)[:, None]
-    moved = jnp.take_along_axis(x_BxS, jnp.clip(index_BxS, 0, width - 1), axis=1)
-    return jnp.where(index_BxS >= 0, moved, jnp.asarray(fill, x_BxS.dtype))
+def pack(source_BxS: jax.Array, second_BxT: jax.Array, count_B: jax.Array,
+         fill: int | bool) -> jax.Array:
+    """``[B, S + T]``: each row's first ``count`` source entries, its T ``second`` entries right
+    after them, then ``fill``."""
+    width, length = source_BxS.shape[1], second_BxT.shape[1]
+    index_W = jnp.arange(width + length)[None, :]
+    after_BxW = index_W - count_B[:, None]  # index within the target side
+    joined = jnp.concatenate([source_BxS, second_BxT], 1)
+    taken = jnp.where(after_BxW < 0, index_W, width + after_BxW)
+    moved = jnp.take_along_axis(joined, jnp.clip(taken, 0, width + length - 1), axis=1)
+    return jnp.where(after_BxW < length, moved, jnp.asarray(fill, joined.dtype))
+
+
+def target_slots(x_BxWxD: jax.Array, count_B: jax.Array, length: int) -> jax.Array:
+    """``[B, T, D]``: the T target-side slots of each packed row (they start at ``count``)."""
+    index_BxT = count_B[:, None] + jnp.arange(length)[None, :]
+    return jnp.take_along_axis(x_BxWxD, index_BxT[:, :, None], axis=1)
+
+
+def joint_positions(source_positions: jax.Array, target_positions: jax.Array) -> jax.Array:
+    """``[1 or B, S + T]``: the packed joint sequence's positions (one row if both have one)."""
+    rows = max(source_positions.shape[0], target_positions.shape[0])
+    return jnp.concatenate(
+        [jnp.broadcast_to(p, (rows, p.shape[1])) for p in (source_positions, target_positions)],
+        axis=1)
 
 
 def self_visible(real_BxW: jax.Array, causal: bool) -> jax.Array:
@@ -56,16 +79,13 @@ def self_visible(real_BxW: jax.Array, causal: bool) -> jax.Array:
     return visible | (jnp.eye(width, dtype=bool)[None] & ~real_BxW[:, :, None])
 
 
-def joint_mask(visible_BxLxW: jax.Array, width: int, lengths_B: jax.Array | int,
-               causal: bool) -> jax.Array | PrefixMask:
-    """``visible``, with each row's key lengths when there are no source slots (``width`` 0, a
-    language model's rows): then the visible keys are a prefix of the row, which cuDNN takes as
-    lengths and a causal flag instead of a mask tensor (model/masks.py). A padding query then
-    sees the real keys instead of itself; its output is never scored."""
-    if width:
-        return visible_BxLxW
-    lengths_B = jnp.broadcast_to(jnp.asarray(lengths_B, jnp.int32), visible_BxLxW.shape[:1])
-    return PrefixMask(visible_BxLxW, lengths_B, causal)
+def packed_mask(real_BxW: jax.Array, causal: bool) -> PrefixMask:
+    """The self-attention mask of packed rows (``real`` True on a prefix of each row): the dense
+    form (``self_visible``) and each row's key lengths with a causal flag, which cuDNN takes
+    instead of a mask tensor (there a padding query sees the real keys instead of itself; its
+    output is never scored)."""
+    return PrefixMask(self_visible(real_BxW, causal), jnp.sum(real_BxW, -1, dtype=jnp.int32),
+                      causal)
 
 
 class SingleStackTransformer(TokenModel):
@@ -84,17 +104,12 @@ class SingleStackTransformer(TokenModel):
                      source_positions_BxS: jax.Array, target_positions_BxT: jax.Array,
                      source_mask_BxS: jax.Array, target_mask_BxT: jax.Array,
                      ) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """Tokens, positions and the real-token mask of the joint sequence, ``[B, S + T]``."""
+        """Tokens ``[B, S + T]``, positions ``[1 or B, S + T]`` and the real-token mask
+        ``[B, S + T]`` of the packed joint sequence (the positions are given packed)."""
         count_B = jnp.sum(source_mask_BxS, axis=-1)
-        # Left-aligning shifts each row by its own source length: positions become per row.
-        source_positions_BxS = jnp.broadcast_to(source_positions_BxS, source_BxS.shape)
-        target_positions_BxT = jnp.broadcast_to(target_positions_BxT, second_BxT.shape)
-        tokens = jnp.concatenate([left_align(source_BxS, count_B, PAD_ID), second_BxT], 1)
-        positions = jnp.concatenate([left_align(source_positions_BxS, count_B, 0),
-                                     target_positions_BxT], 1)
-        real = jnp.concatenate([left_align(source_mask_BxS, count_B, False),
-                                target_mask_BxT.astype(bool)], 1)
-        return tokens, positions, real
+        tokens = pack(source_BxS, second_BxT, count_B, PAD_ID)
+        real = pack(source_mask_BxS.astype(bool), target_mask_BxT.astype(bool), count_B, False)
+        return tokens, joint_positions(source_positions_BxS, target_positions_BxT), real
 
     def target_side(self, target_input_BxT: jax.Array) -> jax.Array:
         """What fills the T target slots: the shifted target (decoder-only) or slot tokens."""
@@ -107,26 +122,29 @@ class SingleStackTransformer(TokenModel):
                  source_mask_BxS: jax.Array, target_mask_BxT: jax.Array,
                  dropout_key: jax.Array | None = None) -> jax.Array:
         """Logits ``[B, T, V]`` at the target slots; dropout only when ``dropout_key`` is given."""
-        width = source_BxS.shape[1]
         tokens, positions, real = self.joint_inputs(
             source_BxS, self.target_side(target_input_BxT), source_positions_BxS,
             target_positions_BxT, source_mask_BxS, target_mask_BxT)
         keys = split_key(dropout_key, 1 + len(self.layers))
         x = self.embed_inputs(tokens, positions, keys[0])
-        visible = joint_mask(self_visible(real, self.causal), width,
-                             jnp.sum(real, axis=-1, dtype=jnp.int32), self.causal)
+        visible = packed_mask(real, self.causal)
         for layer, layer_key in zip(self.layers, keys[1:], strict=True):
             x = layer(x, positions, visible, self.pe, layer_key)
-        return self.logits(x[:, width:])
+        count_B = jnp.sum(source_mask_BxS, axis=-1)
+        return self.logits(target_slots(x, count_B, target_input_BxT.shape[1]))
 
     def run_cached(self, tokens_BxL: jax.Array, positions_BxL: jax.Array,
                    visible_BxLxW: jax.Array | PrefixMask, cache: list[dict[str, jax.Array]],
+                   read_B: jax.Array | None = None,
                    ) -> tuple[jax.Array, list[dict[str, jax.Array]]]:
-        """Decoder-only: L new tokens through the stack with the cache; logits of the last."""
+        """Decoder-only: L new tokens through the stack with the cache; logits ``[B, V]`` of
+        the last, or of each row's token ``read_B`` of the L."""
         x = self.embed_inputs(tokens_BxL, positions_BxL, None)
         new_cache = []
         for layer, layer_cache in zip(self.layers, cache, strict=True):
             layer_cache = dict(layer_cache)  # updated in place by the layer
             x = layer(x, positions_BxL, visible_BxLxW, self.pe, None, cache=layer_cache)
             new_cache.append(layer_cache)
-        return self.logits(x[:, -1:])[:, 0], new_cache
+        if read_B is None:
+            read_B = jnp.full(x.shape[:1], x.shape[1] - 1)
+        return self.logits(target_slots(x, read_B, 1))[:, 0], new_cache

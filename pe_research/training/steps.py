@@ -47,9 +47,11 @@ def batch_positions(pe: Mapping[str, Any], batch: Batch, key: jax.Array, trainin
     ``key`` is one key, or one per row ``[B]`` (``example_keys``).
 
     Encoder-decoder: each side from 0 (or drawn) on its own; shared by the rows unless drawn
-    per example (``make_positions``). Single-stack models: one draw over the source followed by
-    the target, so target position j of a row with n source tokens is the joint sequence's
-    position n + j: per row, ``[B, S]`` and ``[B, T]``.
+    per example (``make_positions``). Single-stack models: one draw over the packed joint
+    sequence (each row's source, then its target side: ``model/single_stack.py``), split at S:
+    ``[1, S]``/``[1, T]`` when shared too. A row with n source tokens then has its target token
+    j at joint position ``n + j``, i.e. in ``source_positions[n + j]`` or ``target_positions[n +
+    j - S]``.
     """
     if architecture == "encoder_decoder":
         source_key, target_key = split_key(key)
@@ -57,13 +59,10 @@ def batch_positions(pe: Mapping[str, Any], batch: Batch, key: jax.Array, trainin
                 make_positions(pe, batch["target_mask"], target_key, training))
     source_mask, target_mask = batch["source_mask"], batch["target_mask"]
     width, length = source_mask.shape[1], target_mask.shape[1]
-    count_B = jnp.sum(source_mask, axis=-1)
-    real = jnp.sum(target_mask, axis=-1) + count_B
+    real = jnp.sum(target_mask, axis=-1) + jnp.sum(source_mask, axis=-1)
     joint_mask_BxW = jnp.arange(width + length)[None, :] < real[:, None]
-    joint_BxW = jnp.broadcast_to(make_positions(pe, joint_mask_BxW, split_key(key)[0],
-                                                training), joint_mask_BxW.shape)
-    index_BxT = jnp.clip(count_B[:, None] + jnp.arange(length), 0, width + length - 1)
-    return joint_BxW[:, :width], jnp.take_along_axis(joint_BxW, index_BxT, axis=1)
+    joint = make_positions(pe, joint_mask_BxW, split_key(key)[0], training)
+    return joint[:, :width], joint[:, width:]
 
 
 def forward(model: TokenModel, batch: Batch, key: jax.Array, training: bool) -> jax.Array:
