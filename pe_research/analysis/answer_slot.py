@@ -13,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
+
+from pe_research.model import single_stack
 
 
 def slot_rows(sites: Sequence[Mapping[str, Any]], batch: Mapping[str, Any]) -> np.ndarray:
@@ -32,11 +35,12 @@ def end_indices(batch: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
 
 def joint_positions(batch: Mapping[str, Any], source_positions: Any,
                     target_positions: Any) -> np.ndarray:
-    """``[B, W]`` position of every joint-sequence slot (the model's packed joint sequence,
-    whose positions ``batch_positions`` gives split at S)."""
-    rows = np.asarray(batch["source"]).shape[0]
-    return np.concatenate([np.broadcast_to(np.asarray(p), (rows, np.shape(p)[1]))
-                           for p in (source_positions, target_positions)], axis=1)
+    """``[B, W]`` position of every joint-sequence slot, as the model packs them
+    (``single_stack.joint_positions`` of what ``batch_positions`` gives), one row per example."""
+    joint = single_stack.joint_positions(jnp.asarray(source_positions),
+                                         jnp.asarray(target_positions))
+    return np.broadcast_to(np.asarray(joint), (np.asarray(batch["source"]).shape[0],
+                                               joint.shape[1]))
 
 
 def head_on(rows_BxLxHxW: np.ndarray, token_B: np.ndarray) -> tuple[int, int]:
