@@ -72,7 +72,7 @@ def test_attention_pads_only_for_cudnn_by_default():
 @pytest.mark.parametrize(("T", "S", "causal", "bias_batch", "pad"), [
     (5, 5, False, None, False), (4, 7, False, None, False),
     (7, 7, True, None, False), (6, 6, True, 3, False), (5, 5, True, 1, True),
-    (5, 7, False, 1, True)])
+    (5, 7, False, 1, True), (3, 8, True, 1, False), (5, 9, True, None, True)])
 def test_attention_by_key_lengths_equals_the_dense_mask(T, S, causal, bias_batch, pad):
     """Outputs and gradients of every row that sees a key; the row that sees none stays
     finite. ``pad``: cuDNN with a bias pads odd lengths on top (their mask is the lengths')."""

@@ -117,15 +117,15 @@ def test_a_language_models_cached_decoding_by_key_lengths_gives_the_same_tokens(
 
 
 def test_decoding_with_a_source_by_key_lengths_gives_the_same_tokens(monkeypatch):
-    """Packed rows write their caches at their own indices; every step's mask is key lengths
-    (the prefill's, S + 1 queries over S + T keys, stays dense)."""
+    """Packed rows write their caches at their own indices; every mask is key lengths, the
+    prefill's (S + 1 queries over S + T keys, a causal flag aligned at the first key) too."""
     graphdef, state = language_model("rope", seed=7)  # a seed whose greedy tokens vary
     inputs = source_batch()
     dense = decoded_tokens(graphdef, state, inputs)
     seen = attend_by_key_lengths(monkeypatch)
     np.testing.assert_array_equal(decoded_tokens(graphdef, state, inputs), dense)
     layers = len(nnx.merge(graphdef, state).layers)
-    assert seen == [False] * layers + [True] * layers  # traced once: the prefill, the step
+    assert seen == [True] * (2 * layers)  # traced once: the prefill, the step
     assert len(np.unique(dense)) > 2
 
 

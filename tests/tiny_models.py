@@ -63,15 +63,18 @@ def forward(model, source, target, source_offset=0, target_offset=0, key=None):
 def prefix_inputs(T: int, S: int, causal: bool, bias_batch: int | None, head_dim: int = 8,
                   ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array | None, PrefixMask]:
     """q ``[3, T, 2, head_dim]``, k and v ``[3, S, 2, head_dim]``, a bias ``[bias_batch, 2, T,
-    S]`` (or None) and a ``PrefixMask`` (encoder, causal decoder or cross) whose rows see all
-    keys, all but the last two, and none (a batch-padding row)."""
+    S]`` (or None) and a ``PrefixMask`` (encoder, causal or cross) whose rows see all keys, all
+    but the last two, and none (a batch-padding row). Causal with T < S is a cached prefill's:
+    query t sees keys 0..t."""
     keys = jax.random.split(jax.random.key(1), 4)
     q = jax.random.normal(keys[0], (3, T, 2, head_dim))
     k, v = (jax.random.normal(key, (3, S, 2, head_dim)) for key in keys[1:3])
     bias = None if bias_batch is None else jax.random.normal(keys[3], (bias_batch, 2, T, S))
     source_mask = jnp.arange(S)[None] < jnp.array([S, S - 2, 0])[:, None]
-    if causal:  # the decoder's self-attention: T = S
-        mask = prefix_masks(source_mask, source_mask)[0]
+    if causal:  # the decoder's self-attention (T = S) or a prefill's (T < S)
+        causal_TxS = jnp.tril(jnp.ones((T, S), bool))
+        mask = PrefixMask(causal_TxS[None] & source_mask[:, None, :],
+                          jnp.sum(source_mask, -1, dtype=jnp.int32), causal=True)
     elif T == S:
         mask = prefix_masks(source_mask)[0]
     else:

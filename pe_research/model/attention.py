@@ -67,8 +67,9 @@ def fused_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax.A
 
     For cuDNN the bias takes q's dtype. jax hands cuDNN a float32 bias beside bfloat16 q, k, v
     as it is; on an H200 the outputs were right, but the gradients of T5's and FIRE's float32
-    biases were 64-211 % off and Transformer-XL's NaN, while a bfloat16 bias's passed
-    (tests/test_cudnn_gpu.py; reported to jax as issue 32242: NaN with a float32 bias).
+    biases were 64-211 % off and Transformer-XL's NaN, while a bfloat16 bias's passed, and
+    with this cast the models' do (tests/test_cudnn_gpu.py; jax issue 32242: NaN with a float32
+    bias).
     """
     T, S = q_BxTxHxD.shape[1], k_BxSxHxD.shape[1]
     if implementation == "cudnn" and bias is not None:

@@ -163,12 +163,11 @@ def causal_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS
     positions = joint_positions(source_positions_BxS, target_positions_BxT)  # [1 or B, S + T]
     tokens = pack(source_BxS, jnp.full((batch, 1), bos_id, jnp.int32), count_B, pad_id)
     real_BxW = pack(source_mask_BxS.astype(bool), jnp.ones((batch, 1), bool), count_B, False)
-    # The prefill's S + 1 queries see the cache's S + T keys: a dense mask, as a causal flag
-    # where queries and keys differ in number is not checked on cuDNN; without a source the
-    # one query (SEP) sees one key, which key lengths alone say.
-    keys_real = jnp.pad(real_BxW, ((0, 0), (0, length - 1)))
-    visible = packed_mask(keys_real, causal=True).dense[:, :width + 1]
-    visible = visible if width else PrefixMask(visible, count_B + 1)
+    # The prefill's S + 1 queries see the cache's S + T keys: key lengths and a causal flag
+    # aligned at the first key (query i sees keys 0..i), as jax's xla path and cuDNN apply it
+    # (tests/test_cudnn_gpu.py's causal cases with fewer queries than keys; an H200 passed them).
+    prefill = packed_mask(jnp.pad(real_BxW, ((0, 0), (0, length - 1))), causal=True)
+    visible = PrefixMask(prefill.dense[:, :width + 1], prefill.key_lengths, causal=True)
     cache = [{**layer_cache, "positions": positions, "index": jnp.zeros((batch,), jnp.int32)}
              for layer_cache in model.empty_cache(batch, width + length, len(model.layers))]
     logits_BxV, cache = model.run_cached(tokens, positions[:, :width + 1], visible, cache,
