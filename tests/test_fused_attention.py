@@ -12,7 +12,7 @@ import pytest
 from flax import nnx
 from tiny_models import forward, prefix_inputs, random_inputs, tiny_model
 
-from pe_research.model.attention import fused_attention
+from pe_research.model.attention import broadcast_rows, fused_attention
 from pe_research.model.masks import (
     PrefixMask,
     cross_mask,
@@ -153,3 +153,30 @@ def test_bfloat16_gradients_scatter_into_float32_only(scheme):
 
     text = jax.jit(jax.grad(loss)).lower(params).as_text()
     assert scatter_types(text) == {"f32"}
+
+
+def test_broadcast_rows_gradient_sums_the_rows():
+    """Golden: d/db sum(w * broadcast(b)) = sum over rows of w."""
+    weights = jax.random.normal(jax.random.key(0), (3, 2, 4, 5))
+    bias = jax.random.normal(jax.random.key(1), (1, 2, 4, 5))
+    np.testing.assert_array_equal(broadcast_rows(bias, 3), jnp.broadcast_to(bias, (3, 2, 4, 5)))
+    grad = jax.grad(lambda b: jnp.sum(weights * broadcast_rows(b, 3)))(bias)
+    np.testing.assert_allclose(grad, jnp.sum(weights, 0, keepdims=True), rtol=1e-6)
+
+
+def test_a_batch_1_bias_on_cpu_takes_the_rows_product_and_matches_a_repeated_one():
+    """The XLA-CPU path repeats a batch-1 bias by ``broadcast_rows`` (its gradient a product
+    with ones, the einsum in the program); outputs and the bias's gradient equal those of the
+    same bias repeated per row and summed."""
+    q, k, v, bias, mask = prefix_inputs(5, 5, True, 1)
+
+    def loss(bias, rows):
+        out = fused_attention(q, k, v, jnp.repeat(bias, rows, 0), mask, "xla")
+        return jnp.sum((out * jnp.cos(out))[:2])
+
+    shared = jax.jit(jax.value_and_grad(loss), static_argnums=1)
+    (value, grad), (repeated_value, repeated_grad) = shared(bias, 1), shared(bias, 3)
+    np.testing.assert_allclose(value, repeated_value, rtol=1e-6)
+    np.testing.assert_allclose(grad, repeated_grad, rtol=1e-5, atol=1e-7)
+    jaxpr = str(jax.make_jaxpr(jax.grad(loss), static_argnums=1)(bias, 1))
+    assert ("custom_vjp_call" in jaxpr) == (jax.default_backend() == "cpu")

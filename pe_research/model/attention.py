@@ -48,6 +48,28 @@ def _pad_axis(x: jax.Array, axis: int, mode: str = "constant") -> jax.Array:
     return jnp.pad(x, widths, mode=mode)
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def broadcast_rows(bias_1xHxTxS: jax.Array, rows: int) -> jax.Array:
+    """A batch-1 bias repeated to ``rows`` rows, ``[rows, H, T, S]``, whose gradient sums the
+    rows as a product with ones: XLA-CPU's reduction over the leading axis, which the plain
+    broadcast's gradient is, ran 50x slower than that product (138 against 2.8 ms for
+    ``[32, 4, 512, 512]``), and took a fifth of T5's decoder-only step at length 512."""
+    return jnp.broadcast_to(bias_1xHxTxS, (rows, *bias_1xHxTxS.shape[1:]))
+
+
+def _broadcast_rows_forward(bias_1xHxTxS: jax.Array, rows: int) -> tuple[jax.Array, None]:
+    return broadcast_rows(bias_1xHxTxS, rows), None
+
+
+def _broadcast_rows_backward(rows: int, _: None, grad_BxHxTxS: jax.Array,
+                             ) -> tuple[jax.Array]:
+    ones = jnp.ones((rows,), grad_BxHxTxS.dtype)
+    return (jnp.einsum("b,bhts->hts", ones, grad_BxHxTxS)[None],)
+
+
+broadcast_rows.defvjp(_broadcast_rows_forward, _broadcast_rows_backward)
+
+
 def fused_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax.Array,
                     bias: jax.Array | None, mask: jax.Array | PrefixMask, implementation: str,
                     pad_to_even: bool | None = None, by_lengths: bool | None = None,
@@ -76,6 +98,10 @@ def fused_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax.A
         bias = bias.astype(q_BxTxHxD.dtype)
     if by_lengths is None:
         by_lengths = implementation == "cudnn"
+    batch = q_BxTxHxD.shape[0]
+    if (implementation == "xla" and jax.default_backend() == "cpu" and bias is not None
+            and bias.shape[0] == 1 < batch):
+        bias = broadcast_rows(bias, batch)
     prefix = mask if by_lengths and isinstance(mask, PrefixMask) else None
     mask_BxTxS = None if prefix is not None else dense_mask(mask)  # by lengths: no mask tensor
     if pad_to_even is None:
