@@ -53,7 +53,8 @@ def broadcast_rows(bias_1xHxTxS: jax.Array, rows: int) -> jax.Array:
     """A batch-1 bias repeated to ``rows`` rows, ``[rows, H, T, S]``, whose gradient sums the
     rows as a product with ones: XLA-CPU's reduction over the leading axis, which the plain
     broadcast's gradient is, ran 50x slower than that product (138 against 2.8 ms for
-    ``[32, 4, 512, 512]``), and took a fifth of T5's decoder-only step at length 512."""
+    ``[32, 4, 512, 512]``); T5's decoder-only step at length 512 took 1,077 ms with it, 761
+    with this (benchmarks/RESULTS.md)."""
     return jnp.broadcast_to(bias_1xHxTxS, (rows, *bias_1xHxTxS.shape[1:]))
 
 
