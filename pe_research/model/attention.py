@@ -59,7 +59,7 @@ def broadcast_rows(bias_1xHxTxS: jax.Array, rows: int) -> jax.Array:
 
 
 def _broadcast_rows_forward(bias_1xHxTxS: jax.Array, rows: int) -> tuple[jax.Array, None]:
-    return broadcast_rows(bias_1xHxTxS, rows), None
+    return jnp.broadcast_to(bias_1xHxTxS, (rows, *bias_1xHxTxS.shape[1:])), None
 
 
 def _broadcast_rows_backward(rows: int, _: None, grad_BxHxTxS: jax.Array,
