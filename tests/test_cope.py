@@ -49,6 +49,33 @@ def test_interpolated_position_logits_golden():
                                [0.0, 2.5, 10.0, 15.0, 20.0], rtol=1e-6)
 
 
+def _authors_cope_logits(q, table, positions):
+    """The authors' interpolation: two lookups, at floor and at ceil (take_along_axis)."""
+    per_integer = jnp.einsum("bthd,dp->bhtp", q, table)
+    floor, ceil = jnp.floor(positions), jnp.ceil(positions)
+    at_floor = jnp.take_along_axis(per_integer, floor.astype(jnp.int32), axis=-1)
+    at_ceil = jnp.take_along_axis(per_integer, ceil.astype(jnp.int32), axis=-1)
+    weight = positions - floor
+    return at_ceil * weight + at_floor * (1 - weight)
+
+
+def test_interpolation_and_its_gradients_equal_the_authors_two_lookups():
+    # Integer positions included (0, an interior one and the clamp P - 1 = 3), where the slope
+    # in p is zero in the authors' code because ceil = floor.
+    k_q, k_t, k_p = jax.random.split(jax.random.key(5), 3)
+    q, table = jax.random.normal(k_q, (2, 3, 2, 4)), jax.random.normal(k_t, (4, 4))
+    positions = jax.random.uniform(k_p, (2, 2, 3, 6), maxval=3.0)
+    positions = positions.at[..., :3].set(jnp.asarray([0.0, 2.0, 3.0]))
+    weights = jax.random.normal(jax.random.key(6), positions.shape)
+    ours, theirs = (jax.grad(lambda *a, f=f: jnp.sum(weights * f(*a)), argnums=(0, 1, 2))(
+        q, table, positions) for f in (cope_logits, _authors_cope_logits))
+    np.testing.assert_allclose(cope_logits(q, table, positions),
+                               _authors_cope_logits(q, table, positions), rtol=1e-6, atol=1e-6)
+    for mine, reference in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(mine, reference, rtol=1e-5, atol=1e-5)
+    assert float(jnp.max(jnp.abs(ours[2][..., :3]))) == 0.0  # no slope at integer positions
+
+
 def test_attention_golden_by_hand():
     # q = 1, k = 0: every logit is 0, every gate 1/2. Query 1 counts p = (1, 1/2) for keys (0, 1),
     # so its logits are (10, 5); with v = (1, 0) the output is sigmoid(5). Query 0 sees only v_0.

@@ -103,6 +103,37 @@ def test_shaw_attention_with_values_matches_the_paper_formula():
     np.testing.assert_allclose(out[0], expected, atol=1e-5)
 
 
+def test_shaw_gradients_equal_the_formula_written_with_per_pair_vectors():
+    # The scheme scores table rows and sums weights per row; the reference builds w[r_ij] for
+    # every pair ([B, T, S, D]), as the paper writes it, with batch-shared positions.
+    pe = scheme("shaw", d_model=8, num_heads=2, max_relative_position=2, init_std=0.5)
+    q, k, v = normal(0, 3, 5, 2, 4), normal(1, 3, 5, 2, 4), normal(2, 3, 5, 2, 4)
+    pos = positions(0, 1, 2, 5, 6)
+    mask = jnp.broadcast_to(jnp.tril(jnp.ones((5, 5), bool)), (3, 5, 5))
+    index = shaw_relative_index(pos, pos, 2)[0]  # [T, S]
+
+    graphdef, state = nnx.split(pe)
+
+    def ours(q, k, v, state):
+        model = nnx.merge(graphdef, state)
+        bias = model.logit_bias(q, k, pos, pos, DECODER_SELF)
+        return jnp.sum(jnp.sin(model.explicit_attention(q, k, v, bias, mask, pos, pos,
+                                                        DECODER_SELF)))
+
+    def reference(q, k, v, wk, wv):
+        logits = jnp.einsum("bthd,btshd->bhts", q, k[:, None] + wk[index][None, :, :, None]) / 2
+        probs = jax.nn.softmax(jnp.where(mask[:, None], logits, -1e30), axis=-1)
+        return jnp.sum(jnp.sin(jnp.einsum("bhts,btshd->bthd", probs,
+                                          v[:, None] + wv[index][None, :, :, None])))
+
+    *mine, tables = jax.grad(ours, argnums=(0, 1, 2, 3))(q, k, v, state)
+    mine += [tables["key_table"][...], tables["value_table"][...]]
+    expected = jax.grad(reference, argnums=(0, 1, 2, 3, 4))(
+        q, k, v, pe.key_table[...], pe.value_table[...])
+    for a, b in zip(mine, expected, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
 def test_shaw_without_values_keeps_the_fused_path():
     pe = scheme("shaw", value_embeddings=False)
     assert pe.value_table is None

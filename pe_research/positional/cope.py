@@ -34,12 +34,13 @@ from pe_research.positional.explicit_attention import (
     scaled_logits,
     weighted_values,
 )
+from pe_research.positional.row_lookup import take_from_rows
 
 
 def cope_positions(logits_BxHxTxS: jax.Array, mask_BxTxS: jax.Array, npos_max: int) -> jax.Array:
     """``p_ij = sum_{t >= j, visible} sigmoid(logit_it)``, clamped to ``npos_max - 1``."""
     gates = jnp.where(mask_BxTxS[:, None], jax.nn.sigmoid(logits_BxHxTxS), 0.0)
-    counts = jnp.flip(jnp.cumsum(jnp.flip(gates, -1), axis=-1), -1)  # sum over t = j .. S-1
+    counts = jax.lax.cumsum(gates, axis=gates.ndim - 1, reverse=True)  # sum over t = j .. S-1
     return jnp.minimum(counts, npos_max - 1)
 
 
@@ -47,10 +48,16 @@ def cope_logits(q_BxTxHxD: jax.Array, table_DxP: jax.Array,
                 positions_BxHxTxS: jax.Array) -> jax.Array:
     """``q_i . e[p_ij]``, e interpolated between integer positions, float32 ``[B, H, T, S]``."""
     per_integer_BxHxTxP = jnp.einsum("bthd,dp->bhtp", q_BxTxHxD.astype(jnp.float32), table_DxP)
-    floor, ceil = jnp.floor(positions_BxHxTxS), jnp.ceil(positions_BxHxTxS)
-    weight = positions_BxHxTxS - floor  # carries the gradient to the gates
-    at_floor = jnp.take_along_axis(per_integer_BxHxTxP, floor.astype(jnp.int32), axis=-1)
-    at_ceil = jnp.take_along_axis(per_integer_BxHxTxP, ceil.astype(jnp.int32), axis=-1)
+    # Each integer position next to its successor, so one lookup fetches both ends:
+    # [B, H, T, P, 2] (the last position's successor is itself; it is read only at weight 0).
+    successor = jnp.concatenate([per_integer_BxHxTxP[..., 1:], per_integer_BxHxTxP[..., -1:]],
+                                axis=-1)
+    ends = take_from_rows(jnp.stack([per_integer_BxHxTxP, successor], axis=-1),
+                          jnp.floor(positions_BxHxTxS).astype(jnp.int32))
+    weight = positions_BxHxTxS - jnp.floor(positions_BxHxTxS)  # carries the gradient to gates
+    at_floor = ends[..., 0]
+    # At an integer position ceil = floor: the authors read the same entry twice, so no slope.
+    at_ceil = jnp.where(weight > 0, ends[..., 1], at_floor)
     return at_ceil * weight + at_floor * (1.0 - weight)
 
 

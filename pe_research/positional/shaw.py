@@ -29,6 +29,7 @@ from pe_research.positional.explicit_attention import (
     scaled_logits,
     weighted_values,
 )
+from pe_research.positional.row_lookup import sum_into_rows, take_from_rows
 
 
 def shaw_relative_index(q_positions_BxT: jax.Array, k_positions_BxS: jax.Array,
@@ -45,21 +46,17 @@ def shaw_logit_bias(q_BxTxHxD: jax.Array, key_table_RxD: jax.Array,
     scale = 1.0 / np.sqrt(q_BxTxHxD.shape[-1])
     # Score every table row once, then gather: [B, T, H, R] is far smaller than [B, T, S, D].
     scores_BxTxHxR = jnp.einsum("bthd,rd->bthr", q_BxTxHxD.astype(jnp.float32), key_table_RxD)
-    gathered_BxTxHxS = jnp.take_along_axis(scores_BxTxHxR, index_BxTxS[:, :, None, :], axis=-1)
+    gathered_BxTxHxS = take_from_rows(scores_BxTxHxR, index_BxTxS[:, :, None, :])
     return jnp.transpose(gathered_BxTxHxS, (0, 2, 1, 3)) * scale
 
 
 def shaw_value_term(probs_BxHxTxS: jax.Array, value_table_RxD: jax.Array,
                     index_BxTxS: jax.Array) -> jax.Array:
     """``sum_j a_ij w^V[r_ij]`` as float32 ``[B, T, H, D]``."""
-
-    def weight_on_row(row):  # total attention weight on keys at table row ``row``: [B, H, T]
-        return jnp.sum(jnp.where(index_BxTxS[:, None] == row, probs_BxHxTxS, 0.0), axis=-1)
-
-    # One row at a time keeps memory at O(B H T S) instead of O(B H T S R).
-    rows = jnp.arange(value_table_RxD.shape[0])
-    weights_RxBxHxT = jax.lax.map(jax.checkpoint(weight_on_row), rows)
-    return jnp.einsum("rbht,rd->bthd", weights_RxBxHxT, value_table_RxD)
+    # The weight on each table row, summed per query, [B, H, T, R]: no [B, H, T, S, R] one-hot.
+    weights_BxHxTxR = sum_into_rows(probs_BxHxTxS, index_BxTxS[:, None],
+                                    value_table_RxD.shape[0])
+    return jnp.einsum("bhtr,rd->bthd", weights_BxHxTxR, value_table_RxD)
 
 
 class Shaw(PositionalScheme):
