@@ -174,7 +174,8 @@ def test_cached_decoding_equals_teacher_forcing_and_relative_schemes_ignore_shif
     shift = float(jnp.max(jnp.abs(full[2:] - full[:2])))
     if SCHEMES[name].relative:
         assert shift < 2e-4, f"{name} declares itself relative but sees a shift ({shift})"
-    cache = model.init_cache(4, 8)  # longer than the target: 3 slots stay empty
+    # Longer than the target: 3 slots stay empty (their positions: 0, never seen).
+    cache = model.init_cache(4, jnp.pad(t_pos, ((0, 0), (0, 3))))
     for t in range(target.shape[1]):
         logits, cache = decode_step(state, target[:, t:t + 1], t_pos[:, t:t + 1], encoded,
                                     s_pos, s_mask, cache)
@@ -211,12 +212,28 @@ def test_positions_shared_by_the_rows_give_the_same_logits_gradients_and_cache(n
         if bias is not None and name not in CONTENT_BIASES:
             assert bias.shape == (1, 2, 5, 5), "a position-only bias must stay batch-1"
     encoded = model.encode(source, s_pos, s_mask)
-    cache = model.init_cache(3, 5, position_rows=1)
+    cache = model.init_cache(3, t_pos)  # [1, T]: one row of positions for the batch
     for t in range(5):
         logits, cache = model.decode_step(target[:, t:t + 1], t_pos[:, t:t + 1], encoded, s_pos,
                                           s_mask, cache)
         visible = t_mask[:, t]  # padded query rows are no output
         np.testing.assert_allclose(logits[visible], rows[visible, t], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("name", "pe"), ENTRIES, ids=IDS)
+def test_a_key_is_transformed_from_itself_and_its_position_alone(name, pe):
+    """The decoding cache stores keys transformed once, as they arrive: a key's transform may
+    not read the queries, their positions or the other keys."""
+    model = entry_model(name, pe)
+    schemes = [layer.own_pe or model.pe for layer in model.decoder_layers]
+    k_q, k_k, k_p = jax.random.split(jax.random.key(7), 3)
+    q, k = jax.random.normal(k_q, (2, 3, 2, 8)), jax.random.normal(k_k, (2, 5, 2, 8))
+    q_pos, k_pos = arange_positions(2, 3), random_positions(k_p, jnp.ones((2, 5), bool), 40)
+    for scheme in schemes:
+        _, keys = scheme.transform_qk(q, k, q_pos, k_pos, DECODER_SELF)
+        _, first_two = scheme.transform_qk(-2 * q[:, :1], k[:, :2], q_pos[:, :1] + 9,
+                                           k_pos[:, :2], DECODER_SELF)
+        np.testing.assert_allclose(first_two, keys[:, :2], rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize(("name", "pe"), ENTRIES, ids=IDS)

@@ -92,6 +92,6 @@ def forced_cached_logits(model, source, source_positions, source_mask, target_po
                                           source_positions, source_mask, cache)
         return cache, logits
 
-    cache = model.init_cache(*tokens.shape)
+    cache = model.init_cache(tokens.shape[0], target_positions)
     _, logits_TxBxV = jax.lax.scan(step, cache, (tokens.T, target_positions.T))
     return jnp.swapaxes(logits_TxBxV, 0, 1)

@@ -172,19 +172,39 @@ class MultiHeadAttention(nnx.Module):
     @jax.named_scope("attention")
     def attend(self, x_BxTxD, k_BxSxHxD, v_BxSxHxD, q_positions_BxT, k_positions_BxS,
                mask: jax.Array | PrefixMask, pe: PositionalScheme) -> jax.Array:
-        """Attention over already-projected keys/values (the decoding cache enters here);
-        ``mask`` ``[B, T, S]`` or a ``PrefixMask`` (the schemes see its dense form)."""
-        q = self.query(x_BxTxD)
-        k = k_BxSxHxD
+        """Attention over already-projected keys/values; ``mask`` ``[B, T, S]`` or a
+        ``PrefixMask`` (the schemes see its dense form)."""
+        q, k = self.positioned(self.query(x_BxTxD), k_BxSxHxD, q_positions_BxT, k_positions_BxS,
+                               pe)
+        return self.attend_positioned(q, k, v_BxSxHxD, q_positions_BxT, k_positions_BxS, mask,
+                                      pe)
+
+    def positioned(self, q_BxTxHxD, k_BxSxHxD, q_positions_BxT, k_positions_BxS,
+                   pe: PositionalScheme) -> tuple[jax.Array, jax.Array]:
+        """Queries and keys after the scheme's transform (RoPE's rotation, ...), where it acts."""
+        if self.kind not in pe.acts_in:
+            return q_BxTxHxD, k_BxSxHxD
+        with jax.named_scope("positional"):
+            return pe.transform_qk(q_BxTxHxD, k_BxSxHxD, q_positions_BxT, k_positions_BxS,
+                                   self.kind)
+
+    @jax.named_scope("attention")
+    def attend_positioned(self, q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, q_positions_BxT,
+                          k_positions_BxS, mask: jax.Array | PrefixMask,
+                          pe: PositionalScheme) -> jax.Array:
+        """Attention of transformed queries over transformed keys (``positioned``'s): the
+        scheme's bias or its own attention, else the fused kernel; ``[B, T, D]``."""
         bias = encoded = None
         if self.kind in pe.acts_in:
             with jax.named_scope("positional"):
-                q, k = pe.transform_qk(q, k, q_positions_BxT, k_positions_BxS, self.kind)
-                bias = pe.logit_bias(q, k, q_positions_BxT, k_positions_BxS, self.kind)
-                encoded = pe.explicit_attention(q, k, v_BxSxHxD, bias, dense_mask(mask),
-                                                q_positions_BxT, k_positions_BxS, self.kind)
+                bias = pe.logit_bias(q_BxTxHxD, k_BxSxHxD, q_positions_BxT, k_positions_BxS,
+                                     self.kind)
+                encoded = pe.explicit_attention(q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias,
+                                                dense_mask(mask), q_positions_BxT,
+                                                k_positions_BxS, self.kind)
         if encoded is None:  # the usual case: the fused kernel
-            encoded = fused_attention(q, k, v_BxSxHxD, bias, mask, self.implementation)
+            encoded = fused_attention(q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias, mask,
+                                      self.implementation)
         if self.ablated:
             kept_H = jnp.ones(self.num_heads, encoded.dtype).at[jnp.array(self.ablated)].set(0)
             encoded = encoded * kept_H[:, None]  # [B, T, H, Dh]

@@ -71,12 +71,12 @@ def greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.A
     if architecture == "decoder_only":
         return causal_greedy_decode(model, source_BxS, source_positions_BxS, source_mask_BxS,
                                     target_positions_BxT, bos_id, eos_id, pad_id, eos_steps_B)
-    (batch, _), (rows, length) = source_BxS.shape, target_positions_BxT.shape
+    batch, length = source_BxS.shape[0], target_positions_BxT.shape[1]
     encoded_BxSxD = model.encode(source_BxS, source_positions_BxS, source_mask_BxS)
     graphdef, state = nnx.split(model)
     output_BxT, done_B = _first_state(batch, length, pad_id)
     carry = (jnp.zeros((), jnp.int32), jnp.full((batch, 1), bos_id, jnp.int32),
-             model.init_cache(batch, length, rows), output_BxT, done_B)
+             model.init_cache(batch, target_positions_BxT), output_BxT, done_B)
 
     def body(carry):
         step, tokens_Bx1, cache, output_BxT, done_B = carry
@@ -168,8 +168,8 @@ def causal_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS
     # (tests/test_cudnn_gpu.py's causal cases with fewer queries than keys; an H200 passed them).
     prefill = packed_mask(jnp.pad(real_BxW, ((0, 0), (0, length - 1))), causal=True)
     visible = PrefixMask(prefill.dense[:, :width + 1], prefill.key_lengths, causal=True)
-    cache = [{**layer_cache, "positions": positions, "index": jnp.zeros((batch,), jnp.int32)}
-             for layer_cache in model.empty_cache(batch, width + length, len(model.layers))]
+    cache = [{**layer_cache, "index": jnp.zeros((batch,), jnp.int32)}
+             for layer_cache in model.empty_cache(batch, positions, model.layers)]
     logits_BxV, cache = model.run_cached(tokens, positions[:, :width + 1], visible, cache,
                                          read_B=count_B)
     cache = [{**layer_cache, "index": count_B + 1} for layer_cache in cache]

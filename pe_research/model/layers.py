@@ -102,14 +102,16 @@ def layer_scheme(config: ModelConfig, kinds: frozenset[AttentionKind], rngs: nnx
 
 def self_attend(attention: MultiHeadAttention, h_BxTxD: jax.Array, positions_BxT: jax.Array,
                 mask_BxTxS: jax.Array, pe, cache: dict | None) -> jax.Array:
-    """Self-attention of ``h``; with ``cache`` (k/v/positions dict, updated in place) the new keys
-    are written to it and the queries attend over everything cached so far."""
+    """Self-attention of ``h``; with ``cache`` (updated in place) the new keys, transformed by
+    the scheme once, are written to it and the queries attend over everything cached so far."""
     if cache is None:
         return attention(h_BxTxD, h_BxTxD, positions_BxT, positions_BxT, mask_BxTxS, pe)
     k, v = attention.project_kv(h_BxTxD)
-    cache.update(write_cache(cache, k, v, positions_BxT))
-    return attention.attend(h_BxTxD, cache["k"], cache["v"], positions_BxT, cache["positions"],
-                            mask_BxTxS, pe)
+    q, k = attention.positioned(attention.query(h_BxTxD), k, positions_BxT, positions_BxT, pe)
+    cache.update(write_cache(cache, k, v))
+    return attention.attend_positioned(q, attention_layout(cache["k"]),
+                                       attention_layout(cache["v"]), positions_BxT,
+                                       cache["positions"], mask_BxTxS, pe)
 
 
 class EncoderLayer(nnx.Module):
@@ -165,22 +167,35 @@ class DecoderLayer(nnx.Module):
         return self.feed_forward_block(y, lambda h: self.feed_forward(h, keys[2]), keys[3])
 
 
-def write_cache(cache: dict, k_BxTxHxD, v_BxTxHxD, positions_BxT) -> dict:
-    """Write new keys/values/positions at ``cache['index']``: the same slot for every example,
-    or with an index per row ``[B]`` (packed single-stack rows) each row's own, keys and values
-    only: such a cache holds every slot's position from the start."""
+def cache_layout(x_BxSxHxD: jax.Array) -> jax.Array:
+    """Keys or values as the decoding cache keeps them, heads first: ``[B, H, S, D]``, the
+    layout attention's products read. ``attention_layout`` turns them back, and XLA cancels the
+    two transposes instead of copying the whole cache at every step (benchmarks/RESULTS.md)."""
+    return jnp.swapaxes(x_BxSxHxD, 1, 2)
+
+
+def attention_layout(cache_BxHxSxD: jax.Array) -> jax.Array:
+    """A cache's keys or values as attention takes them, ``[B, S, H, D]``."""
+    return jnp.swapaxes(cache_BxHxSxD, 1, 2)
+
+
+def write_cache(cache: dict, k_BxTxHxD, v_BxTxHxD) -> dict:
+    """Write new keys/values at ``cache['index']``: the same slot for every example, or with an
+    index per row ``[B]`` (packed single-stack rows) each row's own. The cache holds every
+    slot's position from the start (``TokenModel.empty_cache``)."""
     index = cache["index"]
+
+    def heads_first(new_BxTxHxD, cached_BxHxWxD):
+        return cache_layout(new_BxTxHxD).astype(cached_BxHxWxD.dtype)
+
     if index.ndim:
-        def update_rows(cached_BxWxHxD, new_BxTxHxD):
-            write = functools.partial(jax.lax.dynamic_update_slice_in_dim, axis=0)
-            return jax.vmap(write)(cached_BxWxHxD, new_BxTxHxD.astype(cached_BxWxHxD.dtype),
+        def update(cached_BxHxWxD, new_BxTxHxD):
+            write = functools.partial(jax.lax.dynamic_update_slice_in_dim, axis=1)
+            return jax.vmap(write)(cached_BxHxWxD, heads_first(new_BxTxHxD, cached_BxHxWxD),
                                    index)
-        return {**cache, "k": update_rows(cache["k"], k_BxTxHxD),
-                "v": update_rows(cache["v"], v_BxTxHxD), "index": index + k_BxTxHxD.shape[1]}
-    update = functools.partial(jax.lax.dynamic_update_slice_in_dim, start_index=index, axis=1)
-    return {
-        "k": update(cache["k"], k_BxTxHxD.astype(cache["k"].dtype)),
-        "v": update(cache["v"], v_BxTxHxD.astype(cache["v"].dtype)),
-        "positions": update(cache["positions"], positions_BxT.astype(jnp.int32)),
-        "index": index + k_BxTxHxD.shape[1],
-    }
+    else:
+        def update(cached_BxHxWxD, new_BxTxHxD):
+            return jax.lax.dynamic_update_slice_in_dim(
+                cached_BxHxWxD, heads_first(new_BxTxHxD, cached_BxHxWxD), index, axis=2)
+    return {**cache, "k": update(cache["k"], k_BxTxHxD), "v": update(cache["v"], v_BxTxHxD),
+            "index": index + k_BxTxHxD.shape[1]}

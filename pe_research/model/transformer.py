@@ -7,6 +7,8 @@ encoder-only and decoder-only models on it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -98,22 +100,30 @@ class TokenModel(nnx.Module):
             return self.embed.attend(y_BxTxD).astype(jnp.float32)
         return self.output_projection(y_BxTxD).astype(jnp.float32)
 
-    def empty_cache(self, batch_size: int, max_length: int, layers: int,
-                    position_rows: int | None = None) -> list[dict[str, jax.Array]]:
-        """Zeroed keys, values and positions for ``max_length`` tokens, one dict per layer.
-
-        ``position_rows`` is 1 when every row shares its positions (then so does the cache's
-        ``[1, max_length]`` positions, and each step's bias is computed once), else the batch.
-        """
-        shape = (batch_size, max_length, self.config.num_heads, self.config.head_dim)
-        rows = batch_size if position_rows is None else position_rows
-        return [
-            {"k": jnp.zeros(shape, self.config.compute_dtype),
-             "v": jnp.zeros(shape, self.config.compute_dtype),
-             "positions": jnp.zeros((rows, max_length), jnp.int32),
-             "index": jnp.zeros((), jnp.int32)}
-            for _ in range(layers)
-        ]
+    def empty_cache(self, batch_size: int, positions_RxW: jax.Array,
+                    layers: Sequence[nnx.Module]) -> list[dict[str, jax.Array]]:
+        """Zeroed keys and values ``[B, H, W, ·]`` for W tokens, one dict per layer (each with
+        a ``self_attention`` and its ``own_pe``), holding every slot's position from the start:
+        ``positions_RxW``, one row when every row shares its positions (then each step's bias
+        is computed once), else the batch's. Fixed positions let XLA compute a scheme's
+        per-key position terms once per decoding loop instead of at every step. Keys are
+        stored as the scheme transforms them, so their width is the transform's (PoPE's is
+        twice the head size)."""
+        width = positions_RxW.shape[1]
+        heads, head_dim = self.config.num_heads, self.config.head_dim
+        probe = jax.ShapeDtypeStruct((1, 1, heads, head_dim), self.config.compute_dtype)
+        one_position = jnp.zeros((1, 1), jnp.int32)
+        cache = []
+        for layer in layers:
+            pe = layer.own_pe or self.pe
+            key = jax.eval_shape(lambda k, layer=layer, pe=pe: layer.self_attention.positioned(
+                k, k, one_position, one_position, pe)[1], probe)
+            cache.append({
+                "k": jnp.zeros((batch_size, heads, width, key.shape[-1]), key.dtype),
+                "v": jnp.zeros((batch_size, heads, width, head_dim), self.config.compute_dtype),
+                "positions": positions_RxW.astype(jnp.int32),
+                "index": jnp.zeros((), jnp.int32)})
+        return cache
 
 
 class Seq2SeqTransformer(TokenModel):
@@ -168,17 +178,18 @@ class Seq2SeqTransformer(TokenModel):
         return self.decode(target_input_BxT, target_positions_BxT, encoded, source_positions_BxS,
                            source_mask_BxS, target_mask_BxT, keys[1])
 
-    def init_cache(self, batch_size: int, max_length: int,
-                   position_rows: int | None = None) -> list[dict[str, jax.Array]]:
-        """An empty key/value cache per decoder layer for ``max_length`` target tokens."""
-        return self.empty_cache(batch_size, max_length, len(self.decoder_layers), position_rows)
+    def init_cache(self, batch_size: int,
+                   target_positions_RxT: jax.Array) -> list[dict[str, jax.Array]]:
+        """An empty key/value cache per decoder layer for T target tokens at these positions
+        (``[1 or B, T]``; slots beyond the tokens decoded are never seen)."""
+        return self.empty_cache(batch_size, target_positions_RxT, self.decoder_layers)
 
     def decode_step(self, tokens_Bx1: jax.Array, positions_Bx1: jax.Array,
                     encoded_BxSxD: jax.Array, source_positions_BxS: jax.Array,
                     source_mask_BxS: jax.Array, cache: list[dict[str, jax.Array]],
                     ) -> tuple[jax.Array, list[dict[str, jax.Array]]]:
         """Logits ``[B, V]`` for one new token per sequence, and the updated cache."""
-        batch, max_length = cache[0]["k"].shape[:2]
+        batch, max_length = cache[0]["k"].shape[0], cache[0]["k"].shape[2]
         self_mask = cache_mask(cache[0]["index"], batch, max_length)
         _, source_mask = prefix_masks(source_mask_BxS, jnp.ones((batch, 1), bool))
         y = self.embed_inputs(tokens_Bx1, positions_Bx1, None)

@@ -95,7 +95,9 @@ class PositionalScheme(nnx.Module):
         k_positions_BxS: jax.Array,
         kind: AttentionKind,
     ) -> tuple[jax.Array, jax.Array]:
-        """Position-dependent transform of queries and keys (identity by default)."""
+        """Position-dependent transform of queries and keys (identity by default). A key's
+        transform may read that key and its position only: the decoding cache stores keys
+        transformed once, as they arrive."""
         return q_BxTxHxD, k_BxSxHxD
 
     def logit_bias(
