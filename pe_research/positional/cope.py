@@ -52,9 +52,10 @@ def cope_logits(q_BxTxHxD: jax.Array, table_DxP: jax.Array,
     # [B, H, T, P, 2] (the last position's successor is itself; it is read only at weight 0).
     successor = jnp.concatenate([per_integer_BxHxTxP[..., 1:], per_integer_BxHxTxP[..., -1:]],
                                 axis=-1)
+    floor = jnp.floor(positions_BxHxTxS)
     ends = take_from_rows(jnp.stack([per_integer_BxHxTxP, successor], axis=-1),
-                          jnp.floor(positions_BxHxTxS).astype(jnp.int32))
-    weight = positions_BxHxTxS - jnp.floor(positions_BxHxTxS)  # carries the gradient to gates
+                          floor.astype(jnp.int32))
+    weight = positions_BxHxTxS - floor  # carries the gradient to the gates
     at_floor = ends[..., 0]
     # At an integer position ceil = floor: the authors read the same entry twice, so no slope.
     at_ceil = jnp.where(weight > 0, ends[..., 1], at_floor)
