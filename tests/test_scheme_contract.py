@@ -175,10 +175,10 @@ def test_cached_decoding_equals_teacher_forcing_and_relative_schemes_ignore_shif
     if SCHEMES[name].relative:
         assert shift < 2e-4, f"{name} declares itself relative but sees a shift ({shift})"
     # Longer than the target: 3 slots stay empty (their positions: 0, never seen).
-    cache = model.init_cache(4, jnp.pad(t_pos, ((0, 0), (0, 3))))
+    cache = model.init_cache(jnp.pad(t_pos, ((0, 0), (0, 3))), encoded)
     for t in range(target.shape[1]):
-        logits, cache = decode_step(state, target[:, t:t + 1], t_pos[:, t:t + 1], encoded,
-                                    s_pos, s_mask, cache)
+        logits, cache = decode_step(state, target[:, t:t + 1], t_pos[:, t:t + 1], s_pos, s_mask,
+                                    cache)
         np.testing.assert_allclose(logits, full[:, t], atol=1e-5, rtol=1e-5)
 
 
@@ -212,10 +212,10 @@ def test_positions_shared_by_the_rows_give_the_same_logits_gradients_and_cache(n
         if bias is not None and name not in CONTENT_BIASES:
             assert bias.shape == (1, 2, 5, 5), "a position-only bias must stay batch-1"
     encoded = model.encode(source, s_pos, s_mask)
-    cache = model.init_cache(3, t_pos)  # [1, T]: one row of positions for the batch
+    cache = model.init_cache(t_pos, encoded)  # [1, T]: one row of positions for the batch
     for t in range(5):
-        logits, cache = model.decode_step(target[:, t:t + 1], t_pos[:, t:t + 1], encoded, s_pos,
-                                          s_mask, cache)
+        logits, cache = model.decode_step(target[:, t:t + 1], t_pos[:, t:t + 1], s_pos, s_mask,
+                                          cache)
         visible = t_mask[:, t]  # padded query rows are no output
         np.testing.assert_allclose(logits[visible], rows[visible, t], atol=1e-5, rtol=1e-5)
 

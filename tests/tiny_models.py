@@ -88,10 +88,10 @@ def forced_cached_logits(model, source, source_positions, source_mask, target_po
 
     def step(cache, inputs):
         tokens_B, positions_B = inputs
-        logits, cache = model.decode_step(tokens_B[:, None], positions_B[:, None], encoded,
+        logits, cache = model.decode_step(tokens_B[:, None], positions_B[:, None],
                                           source_positions, source_mask, cache)
         return cache, logits
 
-    cache = model.init_cache(tokens.shape[0], target_positions)
+    cache = model.init_cache(target_positions, encoded)
     _, logits_TxBxV = jax.lax.scan(step, cache, (tokens.T, target_positions.T))
     return jnp.swapaxes(logits_TxBxV, 0, 1)

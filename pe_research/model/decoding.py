@@ -76,13 +76,13 @@ def greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.A
     graphdef, state = nnx.split(model)
     output_BxT, done_B = _first_state(batch, length, pad_id)
     carry = (jnp.zeros((), jnp.int32), jnp.full((batch, 1), bos_id, jnp.int32),
-             model.init_cache(batch, target_positions_BxT), output_BxT, done_B)
+             model.init_cache(target_positions_BxT, encoded_BxSxD), output_BxT, done_B)
 
     def body(carry):
         step, tokens_Bx1, cache, output_BxT, done_B = carry
         positions_Bx1 = jax.lax.dynamic_slice_in_dim(target_positions_BxT, step, 1, axis=1)
         logits_BxV, cache = nnx.merge(graphdef, state).decode_step(
-            tokens_Bx1, positions_Bx1, encoded_BxSxD, source_positions_BxS, source_mask_BxS, cache)
+            tokens_Bx1, positions_Bx1, source_positions_BxS, source_mask_BxS, cache)
         next_B = _choose(logits_BxV, done_B, pad_id, step, eos_steps_B, eos_id)
         output_BxT = output_BxT.at[:, step].set(next_B)
         return step + 1, next_B[:, None], cache, output_BxT, done_B | (next_B == eos_id)

@@ -151,20 +151,38 @@ class DecoderLayer(nnx.Module):
 
     def __call__(self, y_BxTxD, encoded_BxSxD, positions_BxT, source_positions_BxS,
                  self_mask_BxTxT, cross_mask_BxTxS, pe, key, cache=None):
-        """One layer; with ``cache`` (k/v/positions dict), self-attention keys come from it."""
+        """One layer; with ``cache`` (this layer's dict of ``init_cache``, updated in place) the
+        self-attention keys and cross-attention's keys and values come from it (``encoded``
+        unused)."""
         pe = self.own_pe or pe
         keys = split_key(key, 4)
+
+        def cross_attend(h_BxTxD):
+            if cache is None:
+                return self.cross_attention(h_BxTxD, encoded_BxSxD, positions_BxT,
+                                            source_positions_BxS, cross_mask_BxTxS, pe)
+            return self.cross_attention.attend(
+                h_BxTxD, attention_layout(cache["cross_k"]), attention_layout(cache["cross_v"]),
+                positions_BxT, source_positions_BxS, cross_mask_BxTxS, pe)
+
         y = self.self_block(
             y_BxTxD,
             lambda h: self_attend(self.self_attention, h, positions_BxT, self_mask_BxTxT, pe,
                                   cache),
             keys[0])
-        y = self.cross_block(
-            y,
-            lambda h: self.cross_attention(h, encoded_BxSxD, positions_BxT, source_positions_BxS,
-                                           cross_mask_BxTxS, pe),
-            keys[1])
+        y = self.cross_block(y, cross_attend, keys[1])
         return self.feed_forward_block(y, lambda h: self.feed_forward(h, keys[2]), keys[3])
+
+    def cross_cache(self, encoded_BxSxD: jax.Array) -> dict[str, jax.Array]:
+        """Cross-attention's keys and values of the encoder output, projected once for a
+        whole decoding, heads first ``[B, H, S, Dh]``: handed to the decoding loop as they are
+        needed at every step, XLA copied them to another layout at every step, half of T5's
+        decoding time (benchmarks/RESULTS.md)."""
+        k, v = self.cross_attention.project_kv(encoded_BxSxD)
+        # The barrier keeps the heads-first copy made here: without it XLA moves the transpose
+        # into the loop again, where it runs at every step.
+        k, v = jax.lax.optimization_barrier((cache_layout(k), cache_layout(v)))
+        return {"cross_k": k, "cross_v": v}
 
 
 def cache_layout(x_BxSxHxD: jax.Array) -> jax.Array:

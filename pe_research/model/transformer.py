@@ -178,17 +178,22 @@ class Seq2SeqTransformer(TokenModel):
         return self.decode(target_input_BxT, target_positions_BxT, encoded, source_positions_BxS,
                            source_mask_BxS, target_mask_BxT, keys[1])
 
-    def init_cache(self, batch_size: int,
-                   target_positions_RxT: jax.Array) -> list[dict[str, jax.Array]]:
-        """An empty key/value cache per decoder layer for T target tokens at these positions
-        (``[1 or B, T]``; slots beyond the tokens decoded are never seen)."""
-        return self.empty_cache(batch_size, target_positions_RxT, self.decoder_layers)
+    def init_cache(self, target_positions_RxT: jax.Array, encoded_BxSxD: jax.Array,
+                   ) -> list[dict[str, jax.Array]]:
+        """A decoding cache per decoder layer: empty self-attention keys and values for T target
+        tokens at these positions (``[1 or B, T]``; slots beyond the tokens decoded are never
+        seen), and cross-attention's keys and values of ``encoded``, projected once."""
+        empty = self.empty_cache(encoded_BxSxD.shape[0], target_positions_RxT,
+                                 self.decoder_layers)
+        return [{**layer_cache, **layer.cross_cache(encoded_BxSxD)}
+                for layer, layer_cache in zip(self.decoder_layers, empty, strict=True)]
 
     def decode_step(self, tokens_Bx1: jax.Array, positions_Bx1: jax.Array,
-                    encoded_BxSxD: jax.Array, source_positions_BxS: jax.Array,
-                    source_mask_BxS: jax.Array, cache: list[dict[str, jax.Array]],
+                    source_positions_BxS: jax.Array, source_mask_BxS: jax.Array,
+                    cache: list[dict[str, jax.Array]],
                     ) -> tuple[jax.Array, list[dict[str, jax.Array]]]:
-        """Logits ``[B, V]`` for one new token per sequence, and the updated cache."""
+        """Logits ``[B, V]`` for one new token per sequence, and the updated cache
+        (``init_cache``'s, which holds what the step needs of the encoder output)."""
         batch, max_length = cache[0]["k"].shape[0], cache[0]["k"].shape[2]
         self_mask = cache_mask(cache[0]["index"], batch, max_length)
         _, source_mask = prefix_masks(source_mask_BxS, jnp.ones((batch, 1), bool))
@@ -196,7 +201,7 @@ class Seq2SeqTransformer(TokenModel):
         new_cache = []
         for layer, layer_cache in zip(self.decoder_layers, cache, strict=True):
             layer_cache = dict(layer_cache)  # updated in place by the layer
-            y = layer(y, encoded_BxSxD, positions_Bx1, source_positions_BxS, self_mask,
-                      source_mask, self.pe, None, cache=layer_cache)
+            y = layer(y, None, positions_Bx1, source_positions_BxS, self_mask, source_mask,
+                      self.pe, None, cache=layer_cache)
             new_cache.append(layer_cache)
         return self.logits(y)[:, 0], new_cache
