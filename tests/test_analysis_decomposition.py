@@ -76,8 +76,9 @@ def site_terms(model, batch):
 ADDITIVE, CONTENT = list(ADDITIVE_TERMS), ["content"]
 TERMS = {"none": CONTENT, "sinusoidal": ADDITIVE, "learned": ADDITIVE,
          **{scheme: [*CONTENT, "qk_transform"] for scheme in ("rope", "xpos")},
-         **{scheme: [*CONTENT, "bias"] for scheme in ("alibi", "t5", "transformer_xl",
-                                                      "kerple_log", "fire", "shaw")}}
+         **{scheme: [*CONTENT, "bias"] for scheme in ("alibi", "t5", "kerple_log", "fire",
+                                                      "shaw")},
+         "transformer_xl": [*CONTENT, "qk_transform", "bias"]}  # u . k, then the position term
 # Schemes on the fused attention path (the spy sees their logits); cope and shaw with value
 # vectors compute attention themselves and are covered by the note test below. Two layers per
 # stack where the content part includes earlier sublayers' outputs.

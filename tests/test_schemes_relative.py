@@ -21,7 +21,6 @@ from pe_research.positional import (
     shaw_logit_bias,
     shaw_relative_index,
     shaw_value_term,
-    transformer_xl_bias,
     xpos_scale,
 )
 from pe_research.positional.explicit_attention import softmax_attention
@@ -145,18 +144,23 @@ def test_shaw_without_values_keeps_the_fused_path():
 
 # --- Transformer-XL ---------------------------------------------------------------------------
 
-def test_transformer_xl_bias_golden():
-    # E = D = 2, one head, W_R = I, R(d) = [sin d, cos d]; u = [1, 2], k = [3, 4] -> u.k = 11;
-    # q = [1, 0], v = [0, 1] -> (q + v) . R(d) = sin d + cos d; everything / sqrt(2).
+def test_transformer_xl_logits_golden():
+    # E = D = 2, one head, W_R = I, R(d) = [sin d, cos d]; q = [1, 0], k = [3, 4] -> q.k = 3;
+    # u = [1, 2] -> u.k = 11; v = [0, 1] -> (q + v) . R(d) = sin d + cos d; all / sqrt(2).
+    pe = scheme("transformer_xl", d_model=2, num_heads=1)
+    pe.u[...], pe.v[...] = jnp.asarray([[1.0, 2.0]]), jnp.asarray([[0.0, 1.0]])
+    pe.w_r[...] = jnp.eye(2)[:, None, :]
     q = jnp.broadcast_to(jnp.asarray([1.0, 0.0]), (1, 2, 1, 2))
     k = jnp.broadcast_to(jnp.asarray([3.0, 4.0]), (1, 3, 1, 2))
-    u, v = jnp.asarray([[1.0, 2.0]]), jnp.asarray([[0.0, 1.0]])
-    w_r = jnp.eye(2)[:, None, :]
     q_pos, k_pos = positions(0, 3), positions(0, 1, 3)
-    bias = transformer_xl_bias(q, k, u, v, w_r, q_pos, k_pos)[0, 0]
-    expected = [[(11 + math.sin(p_i - p_j) + math.cos(p_i - p_j)) / math.sqrt(2)
-                 for p_j in (0, 1, 3)] for p_i in (0, 3)]
-    np.testing.assert_allclose(bias, expected, atol=1e-5)
+    for kind in (ENCODER_SELF, DECODER_SELF):
+        q_u, k_same = pe.transform_qk(q, k, q_pos, k_pos, kind)
+        np.testing.assert_array_equal(k_same, k)  # the keys are left as they are
+        content = jnp.einsum("bthd,bshd->bhts", q_u, k_same) / math.sqrt(2)
+        logits = (content + pe.logit_bias(q_u, k_same, q_pos, k_pos, kind))[0, 0]
+        expected = [[(3 + 11 + math.sin(p_i - p_j) + math.cos(p_i - p_j)) / math.sqrt(2)
+                     for p_j in (0, 1, 3)] for p_i in (0, 3)]
+        np.testing.assert_allclose(logits, expected, atol=1e-5)
 
 
 def test_relative_sinusoid_logits_match_a_table_of_signed_distances():

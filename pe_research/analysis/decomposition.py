@@ -12,7 +12,7 @@ A scheme that adds no position vectors has one such term, ``content`` = (X Wq)(X
 the scheme acts inside this attention (``kind in scheme.acts_in``) two more terms appear:
 
 * ``qk_transform``: q.k after the scheme's q/k transform minus q.k before it (rope: rotated minus
-  unrotated), i.e. everything the transform changes;
+  unrotated; Transformer-XL: u.k, its content bias), i.e. everything the transform changes;
 * ``bias``: the scheme's logit bias times sqrt(head_dim). The model adds the bias after the
   1/sqrt(head_dim) scale, so in the unscaled units of the other terms it weighs sqrt(head_dim) more.
 
@@ -56,7 +56,7 @@ TERM_DESCRIPTIONS = {
     "position_position": "(Xp Wq)(Xp Wk)^T: position queries . position keys",
     "content": "(X Wq)(X Wk)^T: q.k without any positional transform or bias",
     "qk_transform": "q.k after the scheme's q/k transform minus before it (rope: rotated - "
-                    "unrotated)",
+                    "unrotated; transformer_xl: u.k)",
     "bias": "the scheme's logit bias (its logit_bias hook) x sqrt(head_dim); the logits without "
             "bias are the other terms",
 }

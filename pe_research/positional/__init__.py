@@ -29,7 +29,7 @@ from pe_research.positional.rope import apply_rope, rope_angles
 from pe_research.positional.shaw import shaw_logit_bias, shaw_relative_index, shaw_value_term
 from pe_research.positional.sinusoidal import sinusoidal
 from pe_research.positional.t5 import t5_relative_bucket
-from pe_research.positional.transformer_xl import relative_sinusoid_logits, transformer_xl_bias
+from pe_research.positional.transformer_xl import relative_sinusoid_logits
 from pe_research.positional.xpos import apply_xpos, xpos_scale
 
 __all__ = [
@@ -65,6 +65,5 @@ __all__ = [
     "sinusoidal",
     "split_key",
     "t5_relative_bucket",
-    "transformer_xl_bias",
     "xpos_scale",
 ]

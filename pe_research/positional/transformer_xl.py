@@ -14,6 +14,12 @@ Instead of a table over every distance (and the "relative shift"), the angle-dif
 turns the position term into a dot product between a query-side and a key-side vector, exact for
 arbitrary (offset, randomized) positions. u, v, W_R belong to each layer (not shared), as in the
 randomized-positions benchmark code. Acts in: encoder self and decoder self attention.
+
+As in the authors' code (kimiyoung/transformer-xl, ``mem_transformer.py``: ``rw_head_q = w_head_q
++ r_w_bias``), u enters the query, so the attention kernel's own product computes
+(q_i + u) . k_j; the bias is then the position term alone, with (q_i + u) + (v - u) = q_i + v.
+A separate u . k_j term cost the cached decoder a copy of every cached key at every step
+(benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -49,17 +55,6 @@ def relative_sinusoid_logits(query_BxTxHxD: jax.Array, w_r_ExHxD: jax.Array,
     return jnp.einsum("bthf,bsf->bhts", query_side, key_side)
 
 
-def transformer_xl_bias(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, u_HxD: jax.Array,
-                        v_HxD: jax.Array, w_r_ExHxD: jax.Array, q_positions_BxT: jax.Array,
-                        k_positions_BxS: jax.Array, max_wavelength: float = 10_000.0) -> jax.Array:
-    """``(u . k_j + (q_i + v) . W_R R(p_i - p_j)) / sqrt(D)`` as float32 ``[B, H, T, S]``."""
-    scale = 1.0 / np.sqrt(q_BxTxHxD.shape[-1])
-    content_bias_BxHxS = jnp.einsum("hd,bshd->bhs", u_HxD, k_BxSxHxD.astype(jnp.float32))
-    position = relative_sinusoid_logits(q_BxTxHxD.astype(jnp.float32) + v_HxD, w_r_ExHxD,
-                                        q_positions_BxT, k_positions_BxS, max_wavelength)
-    return (content_bias_BxHxS[:, :, None, :] + position) * scale
-
-
 class TransformerXL(PositionalScheme):
     """Learned u, v ``[H, D]`` and W_R ``[d_model, H, D]`` per layer; fixed sinusoids."""
 
@@ -90,6 +85,14 @@ class TransformerXL(PositionalScheme):
         require(pe["max_wavelength"] > 0, "model.pe.max_wavelength", pe["max_wavelength"], "> 0")
         require(pe["bias_init_std"] >= 0, "model.pe.bias_init_std", pe["bias_init_std"], ">= 0")
 
+    def transform_qk(self, q_BxTxHxD, k_BxSxHxD, q_positions_BxT, k_positions_BxS, kind):
+        """Queries plus the content bias u; keys as they are."""
+        return (q_BxTxHxD + self.u[...]).astype(q_BxTxHxD.dtype), k_BxSxHxD
+
     def logit_bias(self, q_BxTxHxD, k_BxSxHxD, q_positions_BxT, k_positions_BxS, kind):
-        return transformer_xl_bias(q_BxTxHxD, k_BxSxHxD, self.u[...], self.v[...], self.w_r[...],
-                                   q_positions_BxT, k_positions_BxS, self.max_wavelength)
+        """``(q_i + v) . W_R R(p_i - p_j) / sqrt(D)`` float32 ``[B, H, T, S]``, from the
+        transformed queries ``q_i + u``."""
+        query_plus_v = q_BxTxHxD.astype(jnp.float32) + (self.v[...] - self.u[...])
+        position = relative_sinusoid_logits(query_plus_v, self.w_r[...], q_positions_BxT,
+                                            k_positions_BxS, self.max_wavelength)
+        return position / np.sqrt(q_BxTxHxD.shape[-1])
