@@ -234,3 +234,22 @@ def test_pope_logits_are_magnitudes_times_the_cosine_of_the_phase_difference():
     out = module.explicit_attention(q2, k2, v, None, jnp.ones((1, 1, 1), bool), positions(9),
                                     positions(4), DECODER_SELF)
     np.testing.assert_allclose(out, v, rtol=1e-6)  # one key: all weight on it, D-wide values
+
+
+def test_pope_attention_scales_by_the_value_width_and_respects_mask_and_bias():
+    """Softmax of q'.k' / sqrt(D) (D the values' width, half of q' and k') plus the bias, over
+    the keys the mask shows, weighting the D-wide values: written out in NumPy."""
+    module = scheme("pope", d_model=8, num_heads=2)
+    rng = np.random.default_rng(0)
+    q2, k2 = rng.normal(size=(1, 2, 2, 8)), rng.normal(size=(1, 3, 2, 8))
+    v, bias = rng.normal(size=(1, 3, 2, 4)), rng.normal(size=(1, 2, 2, 3))
+    mask = np.asarray([[[True, True, False], [True, False, True]]])
+    out = module.explicit_attention(*(jnp.asarray(x, jnp.float32) for x in (q2, k2, v, bias)),
+                                    jnp.asarray(mask), positions(0, 1), positions(0, 1, 2),
+                                    DECODER_SELF)
+    logits = np.einsum("bthd,bshd->bhts", q2, k2) / np.sqrt(4) + bias
+    logits = np.where(mask[:, None], logits, -np.inf)
+    weights = np.exp(logits - logits.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    np.testing.assert_allclose(out, np.einsum("bhts,bshd->bthd", weights, v), rtol=1e-5,
+                               atol=1e-6)

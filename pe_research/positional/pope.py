@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from pe_research.positional.base import SELF_ATTENTION, PositionalScheme, require
+from pe_research.positional.explicit_attention import masked_softmax
 
 
 def polar(x_BxTxHxD: jax.Array, positions_BxT: jax.Array, base: float,
@@ -78,9 +79,14 @@ class PoPE(PositionalScheme):
 
     def explicit_attention(self, q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias_BxHxTxS, mask_BxTxS,
                            q_positions_BxT, k_positions_BxS, kind):
-        width = v_BxSxHxD.shape[-1]
-        padded = jnp.concatenate([v_BxSxHxD, jnp.zeros_like(v_BxSxHxD)], axis=-1)
-        out = jax.nn.dot_product_attention(q_BxTxHxD, k_BxSxHxD, padded, bias=bias_BxHxTxS,
-                                           mask=mask_BxTxS[:, None, :, :],
-                                           scale=1.0 / math.sqrt(width))
-        return out[..., :width]
+        """Softmax attention of the 2D-wide q', k' over the D-wide values, ``[B, T, H, D]``,
+        with products in the inputs' dtype and a float32 softmax, as the fused kernel's xla path."""
+        # Written out rather than the fused kernel over values padded to 2D with zeros: the
+        # padding copied the whole decoding cache at every step (benchmarks/RESULTS.md).
+        logits = jnp.einsum("bthd,bshd->bhts", q_BxTxHxD, k_BxSxHxD,
+                            preferred_element_type=jnp.float32)
+        logits = logits / math.sqrt(v_BxSxHxD.shape[-1])
+        if bias_BxHxTxS is not None:
+            logits = logits + bias_BxHxTxS
+        probs = masked_softmax(logits, mask_BxTxS).astype(v_BxSxHxD.dtype)
+        return jnp.einsum("bhts,bshd->bthd", probs, v_BxSxHxD).astype(q_BxTxHxD.dtype)
