@@ -198,6 +198,7 @@ def test_fox_decay_is_zero_on_the_diagonal_and_negative_below_with_leading_paddi
     model = SingleStackTransformer(tiny_config("fox", architecture="decoder_only"),
                                    rngs=nnx.Rngs(0))
     for site in decompose(model, tiny_batch(), example=1):  # 2 padding slots before the source
+        assert "qk_transform" not in site["terms"]  # the transform only carries log f along
         decay, visible = site["example"]["forget_decay"], site["example_mask"]
         np.testing.assert_allclose(np.diagonal(decay, axis1=1, axis2=2), 0.0, atol=1e-5)
         assert np.all(decay[:, visible] <= 1e-5) and np.any(decay[:, visible] < -1e-3)

@@ -105,6 +105,26 @@ def test_fox_gate_starts_at_the_authors_initialisation_and_reads_the_keys():
     np.testing.assert_allclose(module.log_forget(k), expected, rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_fox_keys_carry_their_float32_gates_and_leave_q_dot_k_unchanged(dtype):
+    """The transformed keys hold log f (decoding caches them); q'.k' = q.k; a bfloat16 model
+    recovers the float32 gate to about 16 bits, a float32 one exactly."""
+    module = scheme("fox", d_model=16, num_heads=2)
+    module.gate.kernel[...] = 3 * jax.random.normal(jax.random.key(3), (16, 2))
+    q = jax.random.normal(jax.random.key(0), (2, 3, 2, 8)).astype(dtype)
+    k = jax.random.normal(jax.random.key(1), (2, 5, 2, 8)).astype(dtype)
+    q2, k2 = module.transform_qk(q, k, None, None, DECODER_SELF)
+    assert q2.dtype == k2.dtype == dtype and k2.shape == (2, 5, 2, 10)
+    product = lambda a, b: jnp.einsum("bthd,bshd->bhts", a.astype(jnp.float32),  # noqa: E731
+                                      b.astype(jnp.float32))
+    np.testing.assert_array_equal(product(q2, k2), product(q, k))
+    mask = jnp.tril(jnp.ones((5, 5), bool))[None].repeat(2, 0)
+    decay = module.extra_logits(q2, k2, None, mask, None, None, DECODER_SELF)["forget_decay"]
+    expected = forget_bias(module.log_forget(k), mask)
+    tolerance = 0 if dtype == jnp.float32 else 2e-5
+    np.testing.assert_allclose(decay, expected, rtol=tolerance, atol=tolerance)
+
+
 def test_fox_is_refused_where_no_causal_attention_exists():
     from pe_research.model import ModelConfig
     fields = dict(vocab_size=13, d_model=16, num_heads=2, num_encoder_layers=1,

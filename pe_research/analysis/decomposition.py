@@ -104,7 +104,7 @@ def attention_terms(site: AttentionSite) -> dict[str, jax.Array]:
     scheme, kind = site.scheme, attention.kind
     if kind in scheme.acts_in:
         q_moved, k_moved = scheme.transform_qk(q, k, site.positions, site.positions, kind)
-        if transforms_qk(scheme):
+        if transforms_qk(scheme) and not scheme.transform_carries_key_state:
             terms["qk_transform"] = qk_logits(q_moved, k_moved) - qk_logits(q, k)
         bias = scheme.logit_bias(q_moved, k_moved, site.positions, site.positions, kind)
         if bias is not None:

@@ -64,6 +64,9 @@ class PositionalScheme(nnx.Module):
     extra_logit_terms: ClassVar[dict[str, str]] = {}
     # True when ``explicit_attention`` adds to the output a term beyond softmax(logits) . v.
     adds_value_term: ClassVar[bool] = False
+    # True when ``transform_qk`` only appends per-key values the scheme's own hooks read, so
+    # that the decoding cache holds them, and leaves q . k as it is (FoX's log forget gates).
+    transform_carries_key_state: ClassVar[bool] = False
 
     def __init__(self, pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs):
         self.d_model = d_model

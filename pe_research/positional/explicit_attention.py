@@ -42,3 +42,16 @@ def softmax_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax
         logits = logits + bias_BxHxTxS
     probs = masked_softmax(logits, mask_BxTxS)
     return weighted_values(probs, v_BxSxHxD).astype(q_BxTxHxD.dtype)
+
+
+def attention_over_values(q_BxTxHxE: jax.Array, k_BxSxHxE: jax.Array, v_BxSxHxD: jax.Array,
+                          bias_BxHxTxS: jax.Array | None, mask_BxTxS: jax.Array) -> jax.Array:
+    """Softmax attention ``[B, T, H, D]`` of queries and keys wider than the values (E >= D),
+    scaled by ``1 / sqrt(D)``: products in the inputs' dtype with float32 logits and softmax, as
+    the fused kernel's xla path computes them, which needs E = D."""
+    logits = jnp.einsum("bthe,bshe->bhts", q_BxTxHxE, k_BxSxHxE,
+                        preferred_element_type=jnp.float32) / np.sqrt(v_BxSxHxD.shape[-1])
+    if bias_BxHxTxS is not None:
+        logits = logits + bias_BxHxTxS
+    probs = masked_softmax(logits, mask_BxTxS).astype(v_BxSxHxD.dtype)
+    return jnp.einsum("bhts,bshd->bthd", probs, v_BxSxHxD).astype(q_BxTxHxE.dtype)

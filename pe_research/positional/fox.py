@@ -11,16 +11,19 @@ Defaults follow the authors' code (zhixuan-lin/forgetting-transformer,
 src/forgetting_transformer/model/forgetting_transformer/modeling_forgetting_transformer.py,
 ``fgate_type='full'``): one gate projection with bias per layer, weight N(0, 0.02), bias 0, no
 other positional encoding (NoPE). One difference: the gate reads the layer input through the key
-projection, w_h . (W_k x_t) with all heads' keys concatenated, so that the decoding cache, which
-holds keys, also holds everything the gate needs. With a square W_k (d_model = heads x head
-size) that spans the same gates as w_h . x_t.
+projection, w_h . (W_k x_t) with all heads' keys concatenated, so that it is a function of the
+key alone. With a square W_k (d_model = heads x head size) that spans the same gates as
+w_h . x_t. The query/key transform appends each key's log f_t to it as two more channels (the
+queries get zeros there, so q . k is unchanged): the decoding cache, which stores transformed
+keys, then holds every gate, computed once per token instead of for the whole cache at every
+step (benchmarks/RESULTS.md).
 
 Each row's real keys are contiguous and a query's last visible key is itself, so for every
 visible key the bias is c at the query's last visible key minus c_j, exactly the sum above:
 padding (before the tokens in a single-stack model, after them otherwise) and the empty slots of
-a decoding cache never enter, not even as a constant per row. The bias is added to the
-fused attention kernel. Acts in: decoder self-attention only (it is causal); an encoder-only
-model has none and is refused.
+a decoding cache never enter, not even as a constant per row. Attention is written out
+(``attention_over_values``: the keys are two channels wider than the values). Acts in: decoder
+self-attention only (it is causal); an encoder-only model has none and is refused.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from pe_research.positional.base import DECODER_SELF, PositionalScheme, require
+from pe_research.positional.explicit_attention import attention_over_values
 
 
 def forget_bias(log_forget_BxSxH: jax.Array, mask_BxTxS: jax.Array) -> jax.Array:
@@ -58,6 +62,7 @@ class Fox(PositionalScheme):
     relative = True  # the bias depends on the order of tokens, never on position values
     shared_across_layers = False
     consumes_positions = False
+    transform_carries_key_state = True
     extra_logit_terms = {"forget_decay": "FoX's decay: sum of log forget gates between key and "
                                          "query (c_i - c_j)"}
 
@@ -81,9 +86,21 @@ class Fox(PositionalScheme):
         flat = k_BxSxHxD.reshape(*k_BxSxHxD.shape[:2], -1).astype(jnp.float32)
         return jax.nn.log_sigmoid(self.gate(flat))
 
+    def transform_qk(self, q_BxTxHxD, k_BxSxHxD, q_positions_BxT, k_positions_BxS, kind):
+        """Each key carries its ``log f`` as two more channels, the queries zeros there: a
+        high and a low part in the keys' dtype, so a bfloat16 model keeps the float32 gate to
+        about 16 bits (a float32 model's low part is 0)."""
+        log_f = self.log_forget(k_BxSxHxD)[..., None]  # [B, S, H, 1] float32
+        high = log_f.astype(k_BxSxHxD.dtype)
+        low = (log_f - high.astype(jnp.float32)).astype(k_BxSxHxD.dtype)
+        return (jnp.pad(q_BxTxHxD, ((0, 0), (0, 0), (0, 0), (0, 2))),
+                jnp.concatenate([k_BxSxHxD, high, low], axis=-1))
+
     def extra_logits(self, q_BxTxHxD, k_BxSxHxD, bias_BxHxTxS, mask_BxTxS, q_positions_BxT,
                      k_positions_BxS, kind):
-        return {"forget_decay": forget_bias(self.log_forget(k_BxSxHxD), mask_BxTxS)}
+        """The decay ``c_i - c_j`` from the log f channels of the transformed keys."""
+        log_f = k_BxSxHxD[..., -2].astype(jnp.float32) + k_BxSxHxD[..., -1].astype(jnp.float32)
+        return {"forget_decay": forget_bias(log_f, mask_BxTxS)}
 
     def explicit_attention(self, q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias_BxHxTxS, mask_BxTxS,
                            q_positions_BxT, k_positions_BxS, kind):
@@ -91,6 +108,4 @@ class Fox(PositionalScheme):
                                  k_positions_BxS, kind)["forget_decay"]
         if bias_BxHxTxS is not None:
             bias = bias + bias_BxHxTxS
-        return jax.nn.dot_product_attention(q_BxTxHxD, k_BxSxHxD, v_BxSxHxD,
-                                            bias=bias.astype(q_BxTxHxD.dtype),
-                                            mask=mask_BxTxS[:, None, :, :])
+        return attention_over_values(q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias, mask_BxTxS)

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from pe_research.positional.base import SELF_ATTENTION, PositionalScheme, require
-from pe_research.positional.explicit_attention import masked_softmax
+from pe_research.positional.explicit_attention import attention_over_values
 
 
 def polar(x_BxTxHxD: jax.Array, positions_BxT: jax.Array, base: float,
@@ -79,14 +79,6 @@ class PoPE(PositionalScheme):
 
     def explicit_attention(self, q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias_BxHxTxS, mask_BxTxS,
                            q_positions_BxT, k_positions_BxS, kind):
-        """Softmax attention of the 2D-wide q', k' over the D-wide values, ``[B, T, H, D]``,
-        with products in the inputs' dtype and a float32 softmax, as the fused kernel's xla path."""
         # Written out rather than the fused kernel over values padded to 2D with zeros: the
         # padding copied the whole decoding cache at every step (benchmarks/RESULTS.md).
-        logits = jnp.einsum("bthd,bshd->bhts", q_BxTxHxD, k_BxSxHxD,
-                            preferred_element_type=jnp.float32)
-        logits = logits / math.sqrt(v_BxSxHxD.shape[-1])
-        if bias_BxHxTxS is not None:
-            logits = logits + bias_BxHxTxS
-        probs = masked_softmax(logits, mask_BxTxS).astype(v_BxSxHxD.dtype)
-        return jnp.einsum("bhts,bshd->bthd", probs, v_BxSxHxD).astype(q_BxTxHxD.dtype)
+        return attention_over_values(q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias_BxHxTxS, mask_BxTxS)
