@@ -15,6 +15,7 @@ from tiny_models import (
 )
 
 from pe_research.evaluation.metrics import token_cross_entropy
+from pe_research.model.layers import DRAWS, dropout, sixteen_bit_draws
 
 
 @pytest.mark.parametrize("scheme", ["sinusoidal", "learned"])
@@ -43,6 +44,34 @@ def test_dropout_key_changes_outputs_and_none_is_deterministic():
     a = forward(model, source, target, key=jax.random.key(0))
     b = forward(model, source, target, key=jax.random.key(1))
     assert float(jnp.max(jnp.abs(a - b))) > 1e-3
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.5])
+def test_dropout_drops_the_rate_and_keeps_the_expectation(rate):
+    x = jnp.ones((64, 33, 129))  # odd widths: the last word's high half is cut off
+    y = dropout(x, rate, jax.random.key(3))
+    dropped = round(rate * DRAWS)
+    kept = np.asarray(y != 0)
+    # Binomial: 6 standard deviations of the kept fraction over 272,448 elements.
+    tolerance = 6 * np.sqrt(rate * (1 - rate) / x.size)
+    assert abs(kept.mean() - (1 - dropped / DRAWS)) < tolerance
+    np.testing.assert_allclose(np.asarray(y)[kept], DRAWS / (DRAWS - dropped), rtol=1e-6)
+    assert abs(float(jnp.mean(y)) - 1.0) < tolerance / (1 - rate)
+    # Neighbours share a random word (low and high halves): their masks are independent.
+    pairs = kept[..., :128].reshape(64, 33, 64, 2)
+    both_dropped = np.mean(~pairs[..., 0] & ~pairs[..., 1])
+    assert abs(both_dropped - rate**2) < 6 * np.sqrt(rate**2 * (1 - rate**2) / pairs[..., 0].size)
+    assert dropout(x, rate, None) is x and dropout(x, 0.0, jax.random.key(3)) is x
+
+
+def test_sixteen_bit_draws_are_uniform_over_sixteen_bits():
+    draws = np.asarray(sixteen_bit_draws(jax.random.key(0), (512, 1024)))
+    assert draws.min() >= 0 and draws.max() < DRAWS
+    counts = np.bincount(draws.ravel() >> 12, minlength=16)  # 16 bins of 4,096 values
+    expected = draws.size / 16
+    assert np.sum((counts - expected) ** 2 / expected) < 50  # chi-square, 15 dof: p ~ 1e-5
+    low, high = draws[:, 0::2].ravel() >> 15, draws[:, 1::2].ravel() >> 15
+    assert abs(np.corrcoef(low, high)[0, 1]) < 0.01
 
 
 @pytest.mark.parametrize("combine", ["add", "concat"])
