@@ -15,7 +15,7 @@ from tiny_models import (
 )
 
 from pe_research.evaluation.metrics import token_cross_entropy
-from pe_research.model.layers import DRAWS, dropout, sixteen_bit_draws
+from pe_research.model.layers import DRAWS, dropout, keep_mask
 
 
 @pytest.mark.parametrize("scheme", ["sinusoidal", "learned"])
@@ -64,14 +64,13 @@ def test_dropout_drops_the_rate_and_keeps_the_expectation(rate):
     assert dropout(x, rate, None) is x and dropout(x, 0.0, jax.random.key(3)) is x
 
 
-def test_sixteen_bit_draws_are_uniform_over_sixteen_bits():
-    draws = np.asarray(sixteen_bit_draws(jax.random.key(0), (512, 1024)))
-    assert draws.min() >= 0 and draws.max() < DRAWS
-    counts = np.bincount(draws.ravel() >> 12, minlength=16)  # 16 bins of 4,096 values
-    expected = draws.size / 16
-    assert np.sum((counts - expected) ** 2 / expected) < 50  # chi-square, 15 dof: p ~ 1e-5
-    low, high = draws[:, 0::2].ravel() >> 15, draws[:, 1::2].ravel() >> 15
-    assert abs(np.corrcoef(low, high)[0, 1]) < 0.01
+@pytest.mark.parametrize("dropped", [1, 6_554, 1 << 15, 60_000, DRAWS - 1])
+def test_keep_mask_keeps_draws_at_or_above_the_threshold(dropped):
+    keep = np.asarray(keep_mask(jax.random.key(0), (512, 1023), dropped))
+    expected = 1 - dropped / DRAWS  # the draws are uniform over 16 bits, in both word halves
+    for half in (keep[:, 0::2], keep[:, 1::2]):
+        sigma = np.sqrt(max(expected * (1 - expected), 1 / DRAWS) / half.size)
+        assert abs(half.mean() - expected) < 6 * sigma
 
 
 @pytest.mark.parametrize("combine", ["add", "concat"])

@@ -28,24 +28,26 @@ def dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:
 
     An element is dropped when its 16-bit draw is below ``round(rate * 2^16)``, so the rate is
     applied to 1/65,536 (0.1 drops 6,554 / 65,536 = 0.100006) and kept values are scaled by the
-    inverse of that exact keep fraction (the expectation stays x). Each 32-bit random word
-    gives two draws: half the random-number work of ``jax.random.bernoulli``, which on XLA-CPU
-    is a loop over arrays this large (benchmarks/RESULTS.md, "Dropout's random bits").
+    inverse of that exact keep fraction (the expectation stays x).
     """
     if key is None or rate == 0.0:
         return x
     dropped = min(max(round(rate * DRAWS), 1), DRAWS - 1)
-    keep = sixteen_bit_draws(key, x.shape) >= dropped
+    keep = keep_mask(key, x.shape, dropped)
     return jnp.where(keep, x * (DRAWS / (DRAWS - dropped)), 0).astype(x.dtype)
 
 
-def sixteen_bit_draws(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
-    """Uniform draws in [0, 2^16) ``shape`` (uint32), two from each random 32-bit word: the low
-    and high halves of word i are elements 2i and 2i + 1 of the last axis."""
+def keep_mask(key: jax.Array, shape: tuple[int, ...], dropped: int) -> jax.Array:
+    """Bool ``shape``: True where a uniform 16-bit draw is >= ``dropped`` (of 2^16).
+
+    Each random 32-bit word gives two draws, its low and high halves (elements 2i and 2i + 1
+    of the last axis): half the random-number work of ``jax.random.bernoulli``, which on
+    XLA-CPU is a loop over arrays this large (benchmarks/RESULTS.md, "Dropout's random bits").
+    """
     *lead, last = shape
     words = jax.random.bits(key, (*lead, (last + 1) // 2), jnp.uint32)
-    halves = jnp.stack([words & 0xFFFF, words >> 16], axis=-1)
-    return halves.reshape(*lead, -1)[..., :last]
+    keep = jnp.stack([(words & 0xFFFF) >= dropped, (words >> 16) >= dropped], axis=-1)
+    return keep.reshape(*lead, -1)[..., :last]
 
 
 def split_key(key: jax.Array | None, count: int) -> list[jax.Array | None]:
