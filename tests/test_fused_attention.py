@@ -12,7 +12,7 @@ import pytest
 from flax import nnx
 from tiny_models import forward, prefix_inputs, random_inputs, tiny_model
 
-from pe_research.model.attention import broadcast_rows, fused_attention
+from pe_research.model.attention import fused_attention
 from pe_research.model.masks import (
     PrefixMask,
     cross_mask,
@@ -20,6 +20,7 @@ from pe_research.model.masks import (
     encoder_self_mask,
     prefix_masks,
 )
+from pe_research.positional.explicit_attention import attention
 from pe_research.positional.registry import SCHEMES
 
 
@@ -114,8 +115,14 @@ def test_cudnn_gets_the_bias_in_the_dtype_of_q(monkeypatch):
     q, k, v, bias, prefix = prefix_inputs(6, 6, True, 1)
     q, k, v = (x.astype(jnp.bfloat16) for x in (q, k, v))
     for implementation in ("cudnn", "xla"):
-        fused_attention(q, k, v, bias, prefix, implementation)
+        fused_attention(q, k, v, bias, prefix, implementation, by_lengths=True)
     assert dtypes == [("cudnn", jnp.bfloat16), ("xla", jnp.float32)]
+    # xla's default, the written-out kernel, adds the float32 bias to float32 logits.
+    written = fused_attention(q, k, v, bias, prefix, "xla")
+    expected = attention(q, k, v, bias, prefix.dense, 1 / np.sqrt(8))
+    rounded = attention(q, k, v, bias.astype(jnp.bfloat16), prefix.dense, 1 / np.sqrt(8))
+    np.testing.assert_array_equal(written, expected)
+    assert not np.array_equal(np.asarray(written), np.asarray(rounded))
 
 
 def test_prefix_masks_are_the_dense_masks_with_their_key_lengths():
@@ -155,19 +162,82 @@ def test_bfloat16_gradients_scatter_into_float32_only(scheme):
     assert scatter_types(text) == {"f32"}
 
 
-def test_broadcast_rows_gradient_sums_the_rows():
-    """Golden: d/db sum(w * broadcast(b)) = sum over rows of w."""
-    weights = jax.random.normal(jax.random.key(0), (3, 2, 4, 5))
-    bias = jax.random.normal(jax.random.key(1), (1, 2, 4, 5))
-    np.testing.assert_array_equal(broadcast_rows(bias, 3), jnp.broadcast_to(bias, (3, 2, 4, 5)))
-    grad = jax.grad(lambda b: jnp.sum(weights * broadcast_rows(b, 3)))(bias)
-    np.testing.assert_allclose(grad, jnp.sum(weights, 0, keepdims=True), rtol=1e-6)
+def kernel_inputs(bias_shape, dtype=jnp.float32, E=8, D=8):
+    """q ``[3, 5, 2, E]``, k ``[3, 7, 2, E]``, v ``[3, 7, 2, D]``, a bias of ``bias_shape`` (or
+    None) and a mask: row 1 sees 4 keys, row 2 none (a batch-padding row)."""
+    keys = jax.random.split(jax.random.key(0), 4)
+    q = jax.random.normal(keys[0], (3, 5, 2, E), dtype)
+    k = jax.random.normal(keys[1], (3, 7, 2, E), dtype)
+    v = jax.random.normal(keys[2], (3, 7, 2, D), dtype)
+    bias = None if bias_shape is None else jax.random.normal(keys[3], bias_shape, dtype)
+    mask = jnp.broadcast_to(jnp.arange(7) < jnp.array([7, 4, 0])[:, None, None], (3, 5, 7))
+    return q, k, v, bias, mask
 
 
-def test_a_batch_1_bias_on_cpu_takes_the_rows_product_and_matches_a_repeated_one():
-    """The XLA-CPU path repeats a batch-1 bias by ``broadcast_rows`` (its gradient a product
-    with ones, found in the gradient's program); outputs and the bias's gradient equal those of the
-    same bias repeated per row and summed."""
+def loss_and_grads(attend, q, k, v, bias):
+    """Value and gradients (q, k, v, bias) of a loss that weighs every output differently."""
+    def loss(q, k, v, bias):
+        out = attend(q, k, v, bias)
+        return jnp.sum(jnp.sin(out) * jnp.arange(1, out.shape[-1] + 1))
+    argnums = (0, 1, 2) if bias is None else (0, 1, 2, 3)
+    return jax.jit(jax.value_and_grad(loss, argnums=argnums))(q, k, v, bias)
+
+
+@pytest.mark.parametrize("bias_shape", [None, (3, 2, 5, 7), (1, 2, 5, 7), (1, 2, 1, 7),
+                                        (3, 1, 1, 7)])
+def test_the_written_kernel_equals_jax_attention_with_its_gradients(bias_shape):
+    """Values and gradients, batch-padding rows included, against jax's own XLA attention (its
+    backward by autodiff); a broadcast bias gets its gradient summed over the broadcast axes."""
+    q, k, v, bias, mask = kernel_inputs(bias_shape)
+    scale = 1 / np.sqrt(8)
+    value, grads = loss_and_grads(lambda *a: attention(*a, mask, scale), q, k, v, bias)
+    expected_value, expected_grads = loss_and_grads(
+        lambda q, k, v, b: jax.nn.dot_product_attention(q, k, v, bias=b, mask=mask[:, None],
+                                                        implementation="xla"), q, k, v, bias)
+    np.testing.assert_allclose(value, expected_value, rtol=1e-5, atol=1e-4)
+    for grad, expected in zip(grads, expected_grads, strict=True):
+        assert grad.shape == expected.shape
+        np.testing.assert_allclose(grad, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_the_written_kernel_matches_float64_with_keys_wider_than_values():
+    """Keys and queries 12 wide over values 8 wide (PoPE's and FoX's layout), against the same
+    attention by autodiff in float64."""
+    q, k, v, bias, mask = kernel_inputs((1, 2, 5, 7), E=12)
+    scale = 1 / np.sqrt(8)
+
+    def autodiff(q, k, v, bias):
+        logits = jnp.einsum("bthe,bshe->bhts", q, k) * scale + bias
+        probs = jax.nn.softmax(jnp.where(mask[:, None], logits, -1e300), axis=-1)
+        return jnp.einsum("bhts,bshd->bthd", probs, v)
+
+    value, grads = loss_and_grads(lambda *a: attention(*a, mask, scale), q, k, v, bias)
+    with jax.enable_x64():
+        wide = [np.asarray(x, np.float64) for x in (q, k, v, bias)]
+        expected_value, expected_grads = loss_and_grads(autodiff, *wide)
+        assert expected_value.dtype == np.float64
+    np.testing.assert_allclose(value, expected_value, rtol=1e-5)
+    for grad, expected in zip(grads, expected_grads, strict=True):
+        np.testing.assert_allclose(grad, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_the_written_kernel_keeps_bfloat16_inputs_and_float32_logits():
+    """bfloat16 q, k, v give bfloat16 outputs and gradients, and the same outputs as jax's XLA
+    attention (float32 logits and softmax in both)."""
+    q, k, v, bias, mask = kernel_inputs((1, 2, 5, 7), jnp.bfloat16)
+    bias = bias.astype(jnp.float32)
+    out = attention(q, k, v, bias, mask, 1 / np.sqrt(8))
+    expected = jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask[:, None],
+                                            implementation="xla")
+    assert out.dtype == jnp.bfloat16
+    np.testing.assert_allclose(out.astype(np.float32), expected.astype(np.float32), atol=1e-2)
+    _, grads = loss_and_grads(lambda *a: attention(*a, mask, 1 / np.sqrt(8)), q, k, v, bias)
+    assert [g.dtype for g in grads] == [jnp.bfloat16] * 3 + [jnp.float32]
+
+
+def test_a_batch_1_bias_gets_the_rows_summed_as_a_product():
+    """The model's XLA attention with a batch-1 bias equals the same bias repeated per row (its
+    gradient the rows' sum), and the backward sums the rows as a product with ones."""
     q, k, v, bias, mask = prefix_inputs(5, 5, True, 1)
 
     def loss(bias, rows):
@@ -178,7 +248,5 @@ def test_a_batch_1_bias_on_cpu_takes_the_rows_product_and_matches_a_repeated_one
     (value, grad), (repeated_value, repeated_grad) = shared(bias, 1), shared(bias, 3)
     np.testing.assert_allclose(value, repeated_value, rtol=1e-6)
     np.testing.assert_allclose(grad, repeated_grad, rtol=1e-5, atol=1e-7)
-    equations = jax.make_jaxpr(jax.grad(loss), static_argnums=1)(bias, 1).jaxpr.eqns
-    rows_product = any(e.primitive.name == "dot_general" and e.invars[0].aval.shape == (3,)
-                       for e in equations)  # ones [B] against the logits' gradient
-    assert rows_product == (jax.default_backend() == "cpu")
+    text = jax.jit(jax.grad(loss), static_argnums=1).lower(bias, 1).as_text()
+    assert re.search(r"stablehlo\.dot_general.*tensor<3xf32>, tensor<3x", text)

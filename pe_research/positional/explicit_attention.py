@@ -1,11 +1,17 @@
-"""Softmax attention written out, for the few schemes that act on the mask or the weights.
+"""Softmax attention written out: the xla implementation's kernel, and its steps for the few
+schemes that act on the mask or the weights.
 
-It computes what ``jax.nn.dot_product_attention`` (XLA path) computes, step by step, so a scheme
-can change one step (CoPE adds a term that needs the mask; Shaw adds a value term that needs the
-weights). Everything runs in float32; the output is cast to the query dtype.
+``attention`` is what ``jax.nn.dot_product_attention``'s XLA path computes, with its backward
+written out (``_attention_backward``): the model's attention on ``attention_implementation=xla``
+and the kernel of schemes whose queries and keys are wider than their values (PoPE, FoX). The
+steps (``scaled_logits``, ``masked_softmax``, ``weighted_values``) let a scheme change one of
+them (CoPE adds a term that needs the mask; Shaw adds a value term that needs the weights); they
+run in float32 and cast the output to the query dtype.
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -47,11 +53,66 @@ def softmax_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax
 def attention_over_values(q_BxTxHxE: jax.Array, k_BxSxHxE: jax.Array, v_BxSxHxD: jax.Array,
                           bias_BxHxTxS: jax.Array | None, mask_BxTxS: jax.Array) -> jax.Array:
     """Softmax attention ``[B, T, H, D]`` of queries and keys wider than the values (E >= D),
-    scaled by ``1 / sqrt(D)``: products in the inputs' dtype with float32 logits and softmax, as
-    the fused kernel's xla path computes them, which needs E = D."""
+    scaled by ``1 / sqrt(D)`` (``attention``; the fused kernel needs E = D)."""
+    return attention(q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias_BxHxTxS, mask_BxTxS,
+                     1.0 / np.sqrt(v_BxSxHxD.shape[-1]))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def attention(q_BxTxHxE: jax.Array, k_BxSxHxE: jax.Array, v_BxSxHxD: jax.Array,
+              bias: jax.Array | None, mask_BxTxS: jax.Array, scale: float) -> jax.Array:
+    """``softmax(scale q . k + bias, where mask) v`` ``[B, T, H, D]``; ``bias`` broadcasts to
+    ``[B, H, T, S]`` (batch 1: shared by every row), ``mask`` to ``[B, T, S]``.
+
+    As ``jax.nn.dot_product_attention``'s XLA path computes it: products in the inputs' dtype
+    with float32 logits and softmax, masked logits ``MASKED_LOGIT`` (a row that sees no key
+    weighs every key alike). The backward is written out: the softmax's row sums
+    ``sum_j p_ij dp_ij`` are ``dout_i . out_i``, read from ``[B, T, H, D]`` instead of two
+    ``[B, H, T, S]`` arrays, and a batch-1 bias's gradient sums the rows as a product with ones
+    (XLA-CPU's reduction over the leading axis ran 50x slower). Forward + backward at the
+    bigger CPU shape took 15-17 ms instead of 26-29 (benchmarks/RESULTS.md).
+    """
+    return _attention_forward(q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias, mask_BxTxS, scale)[0]
+
+
+def _attention_forward(q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias, mask_BxTxS, scale):
+    """The output and the weights ``[B, H, T, S]`` (float32)."""
     logits = jnp.einsum("bthe,bshe->bhts", q_BxTxHxE, k_BxSxHxE,
-                        preferred_element_type=jnp.float32) / np.sqrt(v_BxSxHxD.shape[-1])
-    if bias_BxHxTxS is not None:
-        logits = logits + bias_BxHxTxS
-    probs = masked_softmax(logits, mask_BxTxS).astype(v_BxSxHxD.dtype)
-    return jnp.einsum("bhts,bshd->bthd", probs, v_BxSxHxD).astype(q_BxTxHxE.dtype)
+                        preferred_element_type=jnp.float32) * scale
+    if bias is not None:
+        logits = logits + bias
+    probs = masked_softmax(logits, jnp.broadcast_to(mask_BxTxS, (logits.shape[0],
+                                                                 *logits.shape[2:])))
+    return jnp.einsum("bhts,bshd->bthd", probs.astype(v_BxSxHxD.dtype), v_BxSxHxD), probs
+
+
+def _attention_residuals(q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias, mask_BxTxS, scale):
+    out, probs = _attention_forward(q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias, mask_BxTxS, scale)
+    return out, (q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias, mask_BxTxS, probs, out)
+
+
+def _attention_backward(scale, residuals, dout_BxTxHxD):
+    q, k, v, bias, mask_BxTxS, probs, out = residuals
+    dv = jnp.einsum("bhts,bthd->bshd", probs.astype(v.dtype), dout_BxTxHxD)
+    dprobs = jnp.einsum("bthd,bshd->bhts", dout_BxTxHxD, v, preferred_element_type=jnp.float32)
+    row_sums = jnp.einsum("bthd,bthd->bht", dout_BxTxHxD, out,
+                          preferred_element_type=jnp.float32)
+    # Masked logits are constants: no gradient, not even in a row that sees no key.
+    dlogits = jnp.where(mask_BxTxS[:, None], probs * (dprobs - row_sums[..., None]), 0.0)
+    dq = jnp.einsum("bhts,bshe->bthe", dlogits, k, preferred_element_type=jnp.float32) * scale
+    dk = jnp.einsum("bhts,bthe->bshe", dlogits, q, preferred_element_type=jnp.float32) * scale
+    return (dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype),
+            None if bias is None else _summed_to(dlogits, bias), None)
+
+
+def _summed_to(grad_BxHxTxS: jax.Array, bias: jax.Array) -> jax.Array:
+    """The gradient of a bias that broadcast to ``grad``'s shape: summed over its broadcast
+    axes, the batch's as a product with ones."""
+    grad = grad_BxHxTxS
+    if bias.shape[0] == 1 < grad.shape[0]:
+        grad = jnp.einsum("b,bhts->hts", jnp.ones(grad.shape[0], grad.dtype), grad)[None]
+    axes = tuple(a for a in range(1, grad.ndim) if bias.shape[a] == 1 < grad.shape[a])
+    return jnp.sum(grad, axis=axes, keepdims=True).astype(bias.dtype)
+
+
+attention.defvjp(_attention_residuals, _attention_backward)
