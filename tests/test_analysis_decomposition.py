@@ -2,13 +2,13 @@
 
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 from tiny_models import CORE_SCHEMES, VOCAB, arange_positions, tiny_config, tiny_model
 
+import pe_research.model.attention as model_attention
 from pe_research.analysis.decomposition import (
     ADDITIVE_TERMS,
     all_site_terms,
@@ -45,16 +45,16 @@ def tiny_batch(seed: int = 0, batch: int = 2, source_len: int = 7, target_len: i
 def captured_logits(model, batch, monkeypatch):
     """q.k + sqrt(Dh) * bias of every attention call the real model makes, in call order."""
     calls = []
-    original = jax.nn.dot_product_attention
+    original = model_attention.attention  # the xla path's kernel
 
-    def spy(query, key, value, bias=None, mask=None, **kwargs):
+    def spy(query, key, value, bias, mask, scale):
         full = qk_logits(query, key)
         if bias is not None:
             full = full + bias * math.sqrt(query.shape[-1])
         calls.append(np.asarray(full))
-        return original(query, key, value, bias=bias, mask=mask, **kwargs)
+        return original(query, key, value, bias, mask, scale)
 
-    monkeypatch.setattr(jax.nn, "dot_product_attention", spy)
+    monkeypatch.setattr(model_attention, "attention", spy)
     source = jnp.asarray(batch["source"])
     target = jnp.asarray(batch["target_input"])
     model(source, target, arange_positions(*source.shape), arange_positions(*target.shape),

@@ -12,6 +12,7 @@ import pytest
 from flax import nnx
 from tiny_models import tiny_model
 
+import pe_research.model.attention as model_attention
 from pe_research.analysis.decomposition import qk_logits
 from pe_research.analysis.report import REPORT_FILE, model_report, write_report
 from pe_research.analysis.run_inputs import evaluation_positions, example_batch
@@ -58,15 +59,15 @@ def test_saved_terms_add_up_to_the_restored_models_logits(analyzed, monkeypatch)
     batch = example_batch(run, None, 4)
     source_positions, target_positions = evaluation_positions(run, batch)
     captured = []
-    original = jax.nn.dot_product_attention
+    original = model_attention.attention  # the xla path's kernel
 
-    def spy(query, key, value, bias=None, mask=None, **kwargs):
+    def spy(query, key, value, bias, mask, scale):
         full = qk_logits(query, key)
         captured.append(np.asarray(full if bias is None else
                                    full + bias * math.sqrt(query.shape[-1])))
-        return original(query, key, value, bias=bias, mask=mask, **kwargs)
+        return original(query, key, value, bias, mask, scale)
 
-    monkeypatch.setattr(jax.nn, "dot_product_attention", spy)
+    monkeypatch.setattr(model_attention, "attention", spy)
     run.model(*(jnp.asarray(batch[k]) for k in ("source", "target_input")), source_positions,
               target_positions, jnp.asarray(batch["source_mask"]),
               jnp.asarray(batch["target_mask"]))

@@ -57,8 +57,8 @@ def fused_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax.A
     """``jax.nn.dot_product_attention`` with ``mask`` (``[B, T, S]``, True where a query sees a
     key, or a ``PrefixMask``); ``[B, T, H, D]``. On ``xla`` with the dense mask (the default
     there) the same attention comes from ``explicit_attention.attention``, whose written-out
-    backward is shorter: 1.7x faster forward + backward at the bigger CPU shape, 2.3x at
-    decoder-only length 512 with a batch-1 bias (benchmarks/RESULTS.md).
+    backward is shorter: one layer's forward + backward 2.2x faster at the bigger CPU shape,
+    1.9x at decoder-only length 512 with a batch-1 bias (benchmarks/RESULTS.md).
 
     A ``PrefixMask`` goes to cuDNN (``by_lengths`` None) as key lengths and a causal flag, so no
     mask tensor is built or read, and a batch-1 bias stays batch 1 (a mask tensor would be added

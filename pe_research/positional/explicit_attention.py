@@ -66,11 +66,10 @@ def attention(q_BxTxHxE: jax.Array, k_BxSxHxE: jax.Array, v_BxSxHxD: jax.Array,
 
     As ``jax.nn.dot_product_attention``'s XLA path computes it: products in the inputs' dtype
     with float32 logits and softmax, masked logits ``MASKED_LOGIT`` (a row that sees no key
-    weighs every key alike). The backward is written out: the softmax's row sums
-    ``sum_j p_ij dp_ij`` are ``dout_i . out_i``, read from ``[B, T, H, D]`` instead of two
-    ``[B, H, T, S]`` arrays, and a batch-1 bias's gradient sums the rows as a product with ones
-    (XLA-CPU's reduction over the leading axis ran 50x slower). Forward + backward at the
-    bigger CPU shape took 15-17 ms instead of 26-29 (benchmarks/RESULTS.md).
+    weighs every key alike). The backward is written out: the weights are the only
+    ``[B, H, T, S]`` residual, and a batch-1 bias's gradient sums the rows as a product with ones
+    (XLA-CPU's reduction over the leading axis ran 50x slower). Forward + backward at the bigger
+    CPU shape took 13.5 ms instead of 29.4 (benchmarks/RESULTS.md).
     """
     return _attention_forward(q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias, mask_BxTxS, scale)[0]
 
@@ -88,17 +87,18 @@ def _attention_forward(q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias, mask_BxTxS, scale)
 
 def _attention_residuals(q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias, mask_BxTxS, scale):
     out, probs = _attention_forward(q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias, mask_BxTxS, scale)
-    return out, (q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias, mask_BxTxS, probs, out)
+    return out, (q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias, mask_BxTxS, probs)
 
 
 def _attention_backward(scale, residuals, dout_BxTxHxD):
-    q, k, v, bias, mask_BxTxS, probs, out = residuals
+    q, k, v, bias, mask_BxTxS, probs = residuals
     dv = jnp.einsum("bhts,bthd->bshd", probs.astype(v.dtype), dout_BxTxHxD)
     dprobs = jnp.einsum("bthd,bshd->bhts", dout_BxTxHxD, v, preferred_element_type=jnp.float32)
-    row_sums = jnp.einsum("bthd,bthd->bht", dout_BxTxHxD, out,
-                          preferred_element_type=jnp.float32)
+    # The softmax's backward as jax's: sum_j p_j dp_j over the weights (not dout . out, equal in
+    # exact arithmetic), so a saturated row's gradient cancels to exactly 0 as under autodiff.
     # Masked logits are constants: no gradient, not even in a row that sees no key.
-    dlogits = jnp.where(mask_BxTxS[:, None], probs * (dprobs - row_sums[..., None]), 0.0)
+    row_sums = jnp.sum(probs * dprobs, axis=-1, keepdims=True)
+    dlogits = jnp.where(mask_BxTxS[:, None], probs * (dprobs - row_sums), 0.0)
     dq = jnp.einsum("bhts,bshe->bthe", dlogits, k, preferred_element_type=jnp.float32) * scale
     dk = jnp.einsum("bhts,bthe->bshe", dlogits, q, preferred_element_type=jnp.float32) * scale
     return (dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype),
