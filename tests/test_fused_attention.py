@@ -233,6 +233,27 @@ def test_the_written_kernel_keeps_bfloat16_inputs_and_float32_logits():
     np.testing.assert_allclose(out.astype(np.float32), expected.astype(np.float32), atol=1e-2)
     _, grads = loss_and_grads(lambda *a: attention(*a, mask, 1 / np.sqrt(8)), q, k, v, bias)
     assert [g.dtype for g in grads] == [jnp.bfloat16] * 3 + [jnp.float32]
+    wide = [x.astype(jnp.float32) for x in (q, k, v)]
+    _, expected = loss_and_grads(lambda *a: attention(*a, mask, 1 / np.sqrt(8)), *wide, bias)
+    for grad, exact in zip(grads, expected, strict=True):
+        np.testing.assert_allclose(grad.astype(np.float32), exact,
+                                   atol=0.03 * float(np.max(np.abs(exact))))
+
+
+@pytest.mark.parametrize("scheme", ["t5", "pope", "fox"])
+def test_a_bfloat16_model_gets_finite_gradients_through_the_written_kernel(scheme):
+    """The fused path (T5's bias) and the schemes with wider keys (PoPE, FoX), computed: XLA-CPU
+    refused a bfloat16 x bfloat16 -> float32 product in an earlier backward only when run."""
+    model = tiny_model(scheme, dtype="bfloat16")
+    source, target = random_inputs()
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+    def loss(params):
+        return jnp.sum(forward(nnx.merge(graphdef, params, rest), source, target) ** 2)
+
+    grads = jax.tree.leaves(jax.jit(jax.grad(loss))(params))
+    assert all(bool(jnp.all(jnp.isfinite(g))) for g in grads)
+    assert any(float(jnp.max(jnp.abs(g))) > 0 for g in grads)
 
 
 def test_a_batch_1_bias_gets_the_rows_summed_as_a_product():

@@ -93,14 +93,17 @@ def _attention_residuals(q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias, mask_BxTxS, scal
 def _attention_backward(scale, residuals, dout_BxTxHxD):
     q, k, v, bias, mask_BxTxS, probs = residuals
     dv = jnp.einsum("bhts,bthd->bshd", probs.astype(v.dtype), dout_BxTxHxD)
-    dprobs = jnp.einsum("bthd,bshd->bhts", dout_BxTxHxD, v, preferred_element_type=jnp.float32)
+    # In float32: XLA-CPU has no bfloat16 x bfloat16 -> float32 product for this one.
+    dprobs = jnp.einsum("bthd,bshd->bhts", dout_BxTxHxD.astype(jnp.float32),
+                        v.astype(jnp.float32))
     # The softmax's backward as jax's: sum_j p_j dp_j over the weights (not dout . out, equal in
     # exact arithmetic), so a saturated row's gradient cancels to exactly 0 as under autodiff.
     # Masked logits are constants: no gradient, not even in a row that sees no key.
     row_sums = jnp.sum(probs * dprobs, axis=-1, keepdims=True)
     dlogits = jnp.where(mask_BxTxS[:, None], probs * (dprobs - row_sums), 0.0)
-    dq = jnp.einsum("bhts,bshe->bthe", dlogits, k, preferred_element_type=jnp.float32) * scale
-    dk = jnp.einsum("bhts,bthe->bshe", dlogits, q, preferred_element_type=jnp.float32) * scale
+    dlogits_in = dlogits.astype(q.dtype)  # products in the inputs' dtype, as the forward's
+    dq = jnp.einsum("bhts,bshe->bthe", dlogits_in, k) * jnp.asarray(scale, q.dtype)
+    dk = jnp.einsum("bhts,bthe->bshe", dlogits_in, q) * jnp.asarray(scale, k.dtype)
     return (dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype),
             None if bias is None else _summed_to(dlogits, bias), None)
 
