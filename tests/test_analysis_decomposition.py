@@ -47,12 +47,12 @@ def captured_logits(model, batch, monkeypatch):
     calls = []
     original = model_attention.attention  # the xla path's kernel
 
-    def spy(query, key, value, bias, mask, scale):
+    def spy(query, key, value, bias, mask):
         full = qk_logits(query, key)
         if bias is not None:
             full = full + bias * math.sqrt(query.shape[-1])
         calls.append(np.asarray(full))
-        return original(query, key, value, bias, mask, scale)
+        return original(query, key, value, bias, mask)
 
     monkeypatch.setattr(model_attention, "attention", spy)
     source = jnp.asarray(batch["source"])

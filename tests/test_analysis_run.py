@@ -61,11 +61,11 @@ def test_saved_terms_add_up_to_the_restored_models_logits(analyzed, monkeypatch)
     captured = []
     original = model_attention.attention  # the xla path's kernel
 
-    def spy(query, key, value, bias, mask, scale):
+    def spy(query, key, value, bias, mask):
         full = qk_logits(query, key)
         captured.append(np.asarray(full if bias is None else
                                    full + bias * math.sqrt(query.shape[-1])))
-        return original(query, key, value, bias, mask, scale)
+        return original(query, key, value, bias, mask)
 
     monkeypatch.setattr(model_attention, "attention", spy)
     run.model(*(jnp.asarray(batch[k]) for k in ("source", "target_input")), source_positions,

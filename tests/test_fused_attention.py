@@ -119,8 +119,8 @@ def test_cudnn_gets_the_bias_in_the_dtype_of_q(monkeypatch):
     assert dtypes == [("cudnn", jnp.bfloat16), ("xla", jnp.float32)]
     # xla's default, the written-out kernel, adds the float32 bias to float32 logits.
     written = fused_attention(q, k, v, bias, prefix, "xla")
-    expected = attention(q, k, v, bias, prefix.dense, 1 / np.sqrt(8))
-    rounded = attention(q, k, v, bias.astype(jnp.bfloat16), prefix.dense, 1 / np.sqrt(8))
+    expected = attention(q, k, v, bias, prefix.dense)
+    rounded = attention(q, k, v, bias.astype(jnp.bfloat16), prefix.dense)
     np.testing.assert_array_equal(written, expected)
     assert not np.array_equal(np.asarray(written), np.asarray(rounded))
 
@@ -189,8 +189,7 @@ def test_the_written_kernel_equals_jax_attention_with_its_gradients(bias_shape):
     """Values and gradients, batch-padding rows included, against jax's own XLA attention (its
     backward by autodiff); a broadcast bias gets its gradient summed over the broadcast axes."""
     q, k, v, bias, mask = kernel_inputs(bias_shape)
-    scale = 1 / np.sqrt(8)
-    value, grads = loss_and_grads(lambda *a: attention(*a, mask, scale), q, k, v, bias)
+    value, grads = loss_and_grads(lambda *a: attention(*a, mask), q, k, v, bias)
     expected_value, expected_grads = loss_and_grads(
         lambda q, k, v, b: jax.nn.dot_product_attention(q, k, v, bias=b, mask=mask[:, None],
                                                         implementation="xla"), q, k, v, bias)
@@ -211,7 +210,7 @@ def test_the_written_kernel_matches_float64_with_keys_wider_than_values():
         probs = jax.nn.softmax(jnp.where(mask[:, None], logits, -1e300), axis=-1)
         return jnp.einsum("bhts,bshd->bthd", probs, v)
 
-    value, grads = loss_and_grads(lambda *a: attention(*a, mask, scale), q, k, v, bias)
+    value, grads = loss_and_grads(lambda *a: attention(*a, mask), q, k, v, bias)
     with jax.enable_x64():
         wide = [np.asarray(x, np.float64) for x in (q, k, v, bias)]
         expected_value, expected_grads = loss_and_grads(autodiff, *wide)
@@ -226,15 +225,15 @@ def test_the_written_kernel_keeps_bfloat16_inputs_and_float32_logits():
     attention (float32 logits and softmax in both)."""
     q, k, v, bias, mask = kernel_inputs((1, 2, 5, 7), jnp.bfloat16)
     bias = bias.astype(jnp.float32)
-    out = attention(q, k, v, bias, mask, 1 / np.sqrt(8))
+    out = attention(q, k, v, bias, mask)
     expected = jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask[:, None],
                                             implementation="xla")
     assert out.dtype == jnp.bfloat16
     np.testing.assert_allclose(out.astype(np.float32), expected.astype(np.float32), atol=1e-2)
-    _, grads = loss_and_grads(lambda *a: attention(*a, mask, 1 / np.sqrt(8)), q, k, v, bias)
+    _, grads = loss_and_grads(lambda *a: attention(*a, mask), q, k, v, bias)
     assert [g.dtype for g in grads] == [jnp.bfloat16] * 3 + [jnp.float32]
     wide = [x.astype(jnp.float32) for x in (q, k, v)]
-    _, expected = loss_and_grads(lambda *a: attention(*a, mask, 1 / np.sqrt(8)), *wide, bias)
+    _, expected = loss_and_grads(lambda *a: attention(*a, mask), *wide, bias)
     for grad, exact in zip(grads, expected, strict=True):
         np.testing.assert_allclose(grad.astype(np.float32), exact,
                                    atol=0.03 * float(np.max(np.abs(exact))))

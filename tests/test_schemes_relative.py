@@ -23,7 +23,7 @@ from pe_research.positional import (
     shaw_value_term,
     xpos_scale,
 )
-from pe_research.positional.explicit_attention import attention_over_values, softmax_attention
+from pe_research.positional.explicit_attention import attention, softmax_attention
 from pe_research.positional.xpos import xpos_zeta
 
 
@@ -56,7 +56,7 @@ def test_explicit_softmax_attention_equals_the_fused_kernel():
     fused = jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask[:, None])
     np.testing.assert_allclose(softmax_attention(q, k, v, bias, mask), fused, atol=1e-5)
     # keys as wide as the values: PoPE's and FoX's written-out attention is the kernel's
-    np.testing.assert_allclose(attention_over_values(q, k, v, bias, mask), fused, atol=1e-5)
+    np.testing.assert_allclose(attention(q, k, v, bias, mask), fused, atol=1e-5)
 
 
 # --- Shaw -------------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from pe_research.model.masks import PrefixMask, dense_mask
@@ -96,8 +95,7 @@ def fused_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax.A
             mask_BxTxS = _pad_axis(mask_BxTxS, 2)  # False: the extra key is seen by no query
         bias = bias if bias is None or bias.shape[3] == 1 else _pad_axis(bias, 3)
     if implementation == "xla" and prefix is None:
-        encoded = attention(q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias, mask_BxTxS,
-                            1.0 / np.sqrt(q_BxTxHxD.shape[-1]))
+        encoded = attention(q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias, mask_BxTxS)
     elif prefix is not None:
         # A row with no visible key (a batch-padding row) sees key 0 instead: its output is
         # never scored, and no key at all would make its softmax 0 / 0.

@@ -11,8 +11,6 @@ run in float32 and cast the output to the query dtype.
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -50,19 +48,12 @@ def softmax_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax
     return weighted_values(probs, v_BxSxHxD).astype(q_BxTxHxD.dtype)
 
 
-def attention_over_values(q_BxTxHxE: jax.Array, k_BxSxHxE: jax.Array, v_BxSxHxD: jax.Array,
-                          bias_BxHxTxS: jax.Array | None, mask_BxTxS: jax.Array) -> jax.Array:
-    """Softmax attention ``[B, T, H, D]`` of queries and keys wider than the values (E >= D),
-    scaled by ``1 / sqrt(D)`` (``attention``; the fused kernel needs E = D)."""
-    return attention(q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias_BxHxTxS, mask_BxTxS,
-                     1.0 / np.sqrt(v_BxSxHxD.shape[-1]))
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+@jax.custom_vjp
 def attention(q_BxTxHxE: jax.Array, k_BxSxHxE: jax.Array, v_BxSxHxD: jax.Array,
-              bias: jax.Array | None, mask_BxTxS: jax.Array, scale: float) -> jax.Array:
-    """``softmax(scale q . k + bias, where mask) v`` ``[B, T, H, D]``; ``bias`` broadcasts to
-    ``[B, H, T, S]`` (batch 1: shared by every row), ``mask`` to ``[B, T, S]``.
+              bias: jax.Array | None, mask_BxTxS: jax.Array) -> jax.Array:
+    """``softmax(q . k / sqrt(D) + bias, where mask) v`` ``[B, T, H, D]``; queries and keys may
+    be wider than the values (E >= D: PoPE, FoX; the fused kernel needs E = D); ``bias``
+    broadcasts to ``[B, H, T, S]`` (batch 1: shared by every row), ``mask`` to ``[B, T, S]``.
 
     As ``jax.nn.dot_product_attention``'s XLA path computes it: products in the inputs' dtype
     with float32 logits and softmax, masked logits ``MASKED_LOGIT`` (a row that sees no key
@@ -71,13 +62,18 @@ def attention(q_BxTxHxE: jax.Array, k_BxSxHxE: jax.Array, v_BxSxHxD: jax.Array,
     (XLA-CPU's reduction over the leading axis ran 50x slower). Forward + backward at the bigger
     CPU shape took 13.5 ms instead of 29.4 (benchmarks/RESULTS.md).
     """
-    return _attention_forward(q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias, mask_BxTxS, scale)[0]
+    return _attention_forward(q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias, mask_BxTxS)[0]
 
 
-def _attention_forward(q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias, mask_BxTxS, scale):
+def _scale(v_BxSxHxD: jax.Array) -> float:
+    """``1 / sqrt(D)``, D the values' width."""
+    return 1.0 / np.sqrt(v_BxSxHxD.shape[-1])
+
+
+def _attention_forward(q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias, mask_BxTxS):
     """The output and the weights ``[B, H, T, S]`` (float32)."""
     logits = jnp.einsum("bthe,bshe->bhts", q_BxTxHxE, k_BxSxHxE,
-                        preferred_element_type=jnp.float32) * scale
+                        preferred_element_type=jnp.float32) * _scale(v_BxSxHxD)
     if bias is not None:
         logits = logits + bias
     probs = masked_softmax(logits, jnp.broadcast_to(mask_BxTxS, (logits.shape[0],
@@ -85,13 +81,14 @@ def _attention_forward(q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias, mask_BxTxS, scale)
     return jnp.einsum("bhts,bshd->bthd", probs.astype(v_BxSxHxD.dtype), v_BxSxHxD), probs
 
 
-def _attention_residuals(q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias, mask_BxTxS, scale):
-    out, probs = _attention_forward(q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias, mask_BxTxS, scale)
+def _attention_residuals(q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias, mask_BxTxS):
+    out, probs = _attention_forward(q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias, mask_BxTxS)
     return out, (q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias, mask_BxTxS, probs)
 
 
-def _attention_backward(scale, residuals, dout_BxTxHxD):
+def _attention_backward(residuals, dout_BxTxHxD):
     q, k, v, bias, mask_BxTxS, probs = residuals
+    scale = _scale(v)
     dv = jnp.einsum("bhts,bthd->bshd", probs.astype(v.dtype), dout_BxTxHxD)
     # In float32: XLA-CPU has no bfloat16 x bfloat16 -> float32 product for this one.
     dprobs = jnp.einsum("bthd,bshd->bhts", dout_BxTxHxD.astype(jnp.float32),

@@ -22,8 +22,8 @@ Each row's real keys are contiguous and a query's last visible key is itself, so
 visible key the bias is c at the query's last visible key minus c_j, exactly the sum above:
 padding (before the tokens in a single-stack model, after them otherwise) and the empty slots of
 a decoding cache never enter, not even as a constant per row. Attention is written out
-(``attention_over_values``: the keys are two channels wider than the values). Acts in: decoder
-self-attention only (it is causal); an encoder-only model has none and is refused.
+(``explicit_attention.attention``: the keys are two channels wider than the values). Acts in:
+decoder self-attention only (it is causal); an encoder-only model has none and is refused.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from pe_research.positional.base import DECODER_SELF, PositionalScheme, require
-from pe_research.positional.explicit_attention import attention_over_values
+from pe_research.positional.explicit_attention import attention
 
 
 def forget_bias(log_forget_BxSxH: jax.Array, mask_BxTxS: jax.Array) -> jax.Array:
@@ -108,4 +108,4 @@ class Fox(PositionalScheme):
                                  k_positions_BxS, kind)["forget_decay"]
         if bias_BxHxTxS is not None:
             bias = bias + bias_BxHxTxS
-        return attention_over_values(q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias, mask_BxTxS)
+        return attention(q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias, mask_BxTxS)

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from pe_research.positional.base import SELF_ATTENTION, PositionalScheme, require
-from pe_research.positional.explicit_attention import attention_over_values
+from pe_research.positional.explicit_attention import attention
 
 
 def polar(x_BxTxHxD: jax.Array, positions_BxT: jax.Array, base: float,
@@ -81,4 +81,4 @@ class PoPE(PositionalScheme):
                            q_positions_BxT, k_positions_BxS, kind):
         # Written out rather than the fused kernel over values padded to 2D with zeros: the
         # padding copied the whole decoding cache at every step (benchmarks/RESULTS.md).
-        return attention_over_values(q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias_BxHxTxS, mask_BxTxS)
+        return attention(q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias_BxHxTxS, mask_BxTxS)
