@@ -20,6 +20,16 @@ import numpy as np
 MASKED_LOGIT = -0.7 * float(np.finfo(np.float32).max)
 
 
+def heads_first_product(weights_BxHxTxS: jax.Array, rows_BxSxHxD: jax.Array) -> jax.Array:
+    """``sum_j weights[i, j] rows[j]`` ``[B, T, H, D]``, computed heads first.
+
+    Written as ``bhts,bshd->bthd``, XLA-CPU multiplies the rows' transpose by the weights'
+    transpose (``[D, S] x [T, S]^T`` per head, packing every ``[T, S]`` block): 4-7x slower at
+    head sizes 8-16 than the ``[T, S] x [S, D]`` that a heads-first output makes it choose
+    (benchmarks/RESULTS.md, "Attention's products heads first")."""
+    return _heads_first(jnp.einsum("bhts,bhsd->bhtd", weights_BxHxTxS, _heads_first(rows_BxSxHxD)))
+
+
 def scaled_logits(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array) -> jax.Array:
     """``q . k / sqrt(D)`` as float32 ``[B, H, T, S]``."""
     scale = 1.0 / np.sqrt(q_BxTxHxD.shape[-1])
@@ -35,7 +45,7 @@ def masked_softmax(logits_BxHxTxS: jax.Array, mask_BxTxS: jax.Array) -> jax.Arra
 
 def weighted_values(probs_BxHxTxS: jax.Array, v_BxSxHxD: jax.Array) -> jax.Array:
     """``sum_j probs[i, j] v[j]`` as float32 ``[B, T, H, D]``."""
-    return jnp.einsum("bhts,bshd->bthd", probs_BxHxTxS, v_BxSxHxD.astype(jnp.float32))
+    return heads_first_product(probs_BxHxTxS, v_BxSxHxD.astype(jnp.float32))
 
 
 def softmax_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax.Array,
@@ -78,7 +88,7 @@ def _attention_forward(q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias, mask_BxTxS):
         logits = logits + bias
     probs = masked_softmax(logits, jnp.broadcast_to(mask_BxTxS, (logits.shape[0],
                                                                  *logits.shape[2:])))
-    return jnp.einsum("bhts,bshd->bthd", probs.astype(v_BxSxHxD.dtype), v_BxSxHxD), probs
+    return heads_first_product(probs.astype(v_BxSxHxD.dtype), v_BxSxHxD), probs
 
 
 def _attention_residuals(q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias, mask_BxTxS):
@@ -99,10 +109,15 @@ def _attention_backward(residuals, dout_BxTxHxD):
     row_sums = jnp.sum(probs * dprobs, axis=-1, keepdims=True)
     dlogits = jnp.where(mask_BxTxS[:, None], probs * (dprobs - row_sums), 0.0)
     dlogits_in = dlogits.astype(q.dtype)  # products in the inputs' dtype, as the forward's
-    dq = jnp.einsum("bhts,bshe->bthe", dlogits_in, k) * jnp.asarray(scale, q.dtype)
+    dq = heads_first_product(dlogits_in, k) * jnp.asarray(scale, q.dtype)
     dk = jnp.einsum("bhts,bthe->bshe", dlogits_in, q) * jnp.asarray(scale, k.dtype)
     return (dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype),
             None if bias is None else _summed_to(dlogits, bias), None)
+
+
+def _heads_first(x_BxLxHxD: jax.Array) -> jax.Array:
+    """``[B, L, H, D]`` -> ``[B, H, L, D]`` (and back)."""
+    return jnp.transpose(x_BxLxHxD, (0, 2, 1, 3))
 
 
 def _summed_to(grad_BxHxTxS: jax.Array, bias: jax.Array) -> jax.Array:
