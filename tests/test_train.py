@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import jax
 import numpy as np
@@ -145,3 +146,11 @@ def test_trained_run_fixture_has_checkpoints_and_metrics(trained_run_dir):
     restored = load_run(trained_run_dir, "best")
     assert restored.step == best
     assert restored.task.vocabulary.size == 5
+
+
+def test_train_perplexity_is_e_to_the_windows_mean_loss(trained_run_dir):
+    records = [r for r in read_metrics(trained_run_dir) if "train/loss" in r]
+    assert records
+    for record in records:
+        assert record["train/perplexity"] == pytest.approx(math.exp(record["train/loss"]),
+                                                           rel=1e-6)

@@ -24,6 +24,7 @@ import numpy as np
 from tqdm import tqdm
 
 from pe_research.config import to_dict
+from pe_research.evaluation.metrics import training_metrics
 from pe_research.mesh import to_host
 from pe_research.training.optimizer import learning_rate_schedule
 from pe_research.training.prefetch import Prefetcher
@@ -101,6 +102,9 @@ class MemberRun:
                      compilations: int) -> dict[str, float]:
         """The window's averages (then emptied), learning rate, speed and compile count."""
         record = {f"train/{key}": value / self.window_steps for key, value in self.window.items()}
+        for metric in training_metrics():  # the step sums ratios; exp of the mean loss here
+            if metric.transform and f"train/{metric.name}" in record:
+                record[f"train/{metric.name}"] = metric.transform(record[f"train/{metric.name}"])
         record["train/learning_rate"] = float(self.schedule(step - 1))
         record["train/steps_per_second"] = steps_per_second
         record["train/compilations"] = compilations
