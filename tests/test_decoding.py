@@ -1,5 +1,7 @@
 """Greedy decoding: the cached loop equals full recomputation for every registered scheme."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,10 +15,17 @@ from tiny_models import (
     tiny_model,
 )
 
-from pe_research.model.decoding import NEVER, PAD_ID, greedy_decode, naive_greedy_decode
+from pe_research.model.decoding import (
+    NEVER,
+    PAD_ID,
+    cache_widths,
+    greedy_decode,
+    naive_greedy_decode,
+)
 from pe_research.positional.registry import SCHEMES
 
 BATCH, SOURCE_LEN, TARGET_LEN = 6, 7, 10
+SEGMENTS = (2, 3, 7, TARGET_LEN)  # cache widths of a loop in segments (cache_widths: T >= 256)
 # LLVM codegen optimisation off halves compile time; both decoders are compiled the same way.
 FAST_COMPILE = {"xla_backend_optimization_level": 0}
 
@@ -53,16 +62,22 @@ def test_cached_decoding_equals_naive_decoding(scheme):
                                       model.encode(source, source_positions, source_mask),
                                       source_positions, source_mask, jnp.ones(forced.shape, bool))
         return (greedy_decode(model, *args), naive_greedy_decode(model, *args),
-                forced_cached_logits(model, *args, forced), teacher_forced)
+                forced_cached_logits(model, *args, forced), teacher_forced,
+                greedy_decode(model, *args, eos_id=NEVER),
+                greedy_decode(model, *args, eos_id=NEVER, widths=SEGMENTS))
 
-    cached, naive, step_logits, full_logits = jax.device_get(compiled(run, state)(state))
+    cached, naive, step_logits, full_logits, whole, segmented = jax.device_get(
+        compiled(run, state)(state))
     np.testing.assert_array_equal(cached, naive)
+    np.testing.assert_array_equal(segmented, whole)  # every slot of every segment decoded
     # The cache reproduces full recomputation on arbitrary (not greedy) prefixes too.
     np.testing.assert_allclose(step_logits, full_logits, atol=1e-4, rtol=1e-4)
     assert float(np.std(full_logits)) > 0.1
 
 
-@pytest.mark.parametrize("decode", [greedy_decode, naive_greedy_decode])
+@pytest.mark.parametrize("decode", [greedy_decode, naive_greedy_decode,
+                                    functools.partial(greedy_decode, widths=SEGMENTS)],
+                         ids=["cached", "naive", "cached_in_segments"])
 def test_each_sequence_stops_at_its_own_eos(decode):
     graphdef, state = spread_model("rope")
     source, source_mask, source_positions, target_positions, _ = inputs()
@@ -99,3 +114,19 @@ def test_greedy_tokens_are_the_argmax_of_teacher_forcing_on_themselves():
     tokens, teacher_forced_argmax = compiled(run, state)(state)
     assert len(np.unique(np.asarray(tokens))) > 2
     np.testing.assert_array_equal(teacher_forced_argmax, tokens)
+
+
+def test_cache_widths_halve_from_the_target_length_down_to_an_eighth():
+    assert cache_widths(255) == (255,)
+    assert cache_widths(256) == (32, 64, 128, 256)
+    assert cache_widths(1024) == (128, 256, 512, 1024)
+    assert cache_widths(1001) == (126, 251, 501, 1001)
+
+
+@pytest.mark.parametrize("widths", [(3, 7), (7, 3, TARGET_LEN), (0, TARGET_LEN)])
+def test_segment_widths_must_rise_to_the_target_length(widths):
+    graphdef, state = spread_model("none")
+    source, source_mask, source_positions, target_positions, _ = inputs()
+    with pytest.raises(ValueError, match="increasing, from 1 up to the target length 10"):
+        greedy_decode(nnx.merge(graphdef, state), source, source_positions, source_mask,
+                      target_positions, widths=widths)

@@ -1,8 +1,10 @@
 """Greedy decoding: a key/value-cached ``lax.while_loop``, and a naive full-recompute reference.
 
-Both run inside one compiled loop whose trip count is bounded by the static target length T
-(the length bucket), so a jitted caller compiles once per bucket. A sequence is finished once it
-emits EOS; afterwards it emits PAD, and the loop exits when every sequence is finished.
+Both run inside a compiled loop whose trip count is bounded by the static target length T
+(the length bucket), so a jitted caller compiles once per bucket; from T = 256 on the cached
+loop runs in segments over a growing part of its cache (``cache_widths``). A sequence is
+finished once it emits EOS; afterwards it emits PAD, and the loop exits when every sequence is
+finished.
 
 By architecture: the encoder-decoder encodes once and decodes with a cache; the decoder-only
 model prefills source and SEP into its cache and then generates; the encoder-only model reads
@@ -16,6 +18,7 @@ writes, apart from when it stops.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -27,6 +30,7 @@ from pe_research.model.single_stack import joint_positions, pack, packed_mask
 from pe_research.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 NEVER = -1  # an eos_id that never matches: decode all T steps (speed measurements)
+SEGMENTED_FROM = 256  # shorter targets decode in one loop: a segment's compile costs more
 
 
 def _first_state(batch: int, length: int, pad_id: int) -> tuple[jax.Array, jax.Array]:
@@ -55,7 +59,8 @@ def greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.A
                   source_mask_BxS: jax.Array, target_positions_BxT: jax.Array, *,
                   target_mask_BxT: jax.Array | None = None, bos_id: int = BOS_ID,
                   eos_id: int = EOS_ID, pad_id: int = PAD_ID,
-                  eos_steps_B: jax.Array | None = None) -> jax.Array:
+                  eos_steps_B: jax.Array | None = None,
+                  widths: Sequence[int] | None = None) -> jax.Array:
     """Greedy tokens ``[B, T]`` (int32) with a key/value cache; T = target_positions' length.
 
     Step t feeds the token chosen at step t-1 (BOS at t = 0) at position
@@ -63,6 +68,8 @@ def greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.A
     ``target_mask_BxT`` (the output slots) is read by the encoder-only model only, which is
     given its number of slots; there ``eos_steps_B`` fixes what its end slot holds.
     ``eos_steps_B`` ``[B]``: the oracle length, the step of each sequence's EOS (-1: none).
+    ``widths``: the encoder-decoder's loop runs in segments, the steps before ``widths[i]``
+    over the cache's first ``widths[i]`` slots (default ``cache_widths(T)``).
     """
     architecture = model.config.architecture
     if architecture == "encoder_only":
@@ -75,8 +82,9 @@ def greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.A
     encoded_BxSxD = model.encode(source_BxS, source_positions_BxS, source_mask_BxS)
     graphdef, state = nnx.split(model)
     output_BxT, done_B = _first_state(batch, length, pad_id)
-    carry = (jnp.zeros((), jnp.int32), jnp.full((batch, 1), bos_id, jnp.int32),
-             model.init_cache(target_positions_BxT, encoded_BxSxD), output_BxT, done_B)
+    cache = model.init_cache(target_positions_BxT, encoded_BxSxD)
+    carry = (jnp.zeros((), jnp.int32), jnp.full((batch, 1), bos_id, jnp.int32), cache,
+             output_BxT, done_B)
 
     def body(carry):
         step, tokens_Bx1, cache, output_BxT, done_B = carry
@@ -87,8 +95,39 @@ def greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.A
         output_BxT = output_BxT.at[:, step].set(next_B)
         return step + 1, next_B[:, None], cache, output_BxT, done_B | (next_B == eos_id)
 
-    carry = jax.lax.while_loop(lambda c: _running(c[0], length, c[4]), body, carry)
+    widths = cache_widths(length) if widths is None else tuple(widths)
+    if list(widths) != sorted(set(widths)) or widths[-1] != length or widths[0] < 1:
+        raise ValueError(f"widths {widths}: increasing, from 1 up to the target length {length}")
+    for width in widths:
+        step, tokens_Bx1, narrow, output_BxT, done_B = jax.lax.while_loop(
+            lambda c, width=width: _running(c[0], width, c[4]), body,
+            (carry[0], carry[1], _first_slots(carry[2], width), carry[3], carry[4]))
+        carry = (step, tokens_Bx1, _written_back(carry[2], narrow), output_BxT, done_B)
     return carry[3]
+
+
+def cache_widths(length: int) -> tuple[int, ...]:
+    """Widths of the cache the decoding loop's segments read: T/8, T/4, T/2, T from T = 256 on.
+
+    A step reads every slot of its cache, written or not; in segments, the first T/8 steps read
+    T/8 slots, and so on: 0.67 of the reads of T steps over all T slots, and fewer still when
+    the loop stops early. One loop body is compiled per segment (benchmarks/RESULTS.md)."""
+    if length < SEGMENTED_FROM:
+        return (length,)
+    return tuple(sorted({-(-length // 8), -(-length // 4), -(-length // 2), length}))
+
+
+def _first_slots(cache: list[dict], width: int) -> list[dict]:
+    """Each layer's self-attention cache narrowed to its first ``width`` slots."""
+    return [{**c, "k": c["k"][:, :, :width], "v": c["v"][:, :, :width],
+             "positions": c["positions"][:, :width]} for c in cache]
+
+
+def _written_back(full: list[dict], narrow: list[dict]) -> list[dict]:
+    """``full`` with ``narrow``'s slots (and index) written over its first ones."""
+    return [{**n, "k": f["k"].at[:, :, :n["k"].shape[2]].set(n["k"]),
+             "v": f["v"].at[:, :, :n["v"].shape[2]].set(n["v"]), "positions": f["positions"]}
+            for f, n in zip(full, narrow, strict=True)]
 
 
 def naive_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.Array,
