@@ -141,6 +141,8 @@ def test_cached_decoding_equals_naive_decoding(scheme):
     for eos in (-1, 7):  # decode every step; stop at a token the model emits
         cached = greedy_decode(*args, eos_id=eos)
         np.testing.assert_array_equal(cached, naive_greedy_decode(*args, eos_id=eos))
+        # In segments of growing cache width (decoding.cache_widths does so from 256 on).
+        np.testing.assert_array_equal(greedy_decode(*args, eos_id=eos, widths=(2, 3, 6)), cached)
     # Greedy tokens are the argmax of teacher forcing on themselves.
     cached = greedy_decode(*args, eos_id=-1)
     forced = dict(batch, target_input=jnp.concatenate(

@@ -12,6 +12,7 @@ from tiny_models import (
     forced_cached_logits,
     random_inputs,
     spread_parameters,
+    tiny_config,
     tiny_model,
 )
 
@@ -22,6 +23,7 @@ from pe_research.model.decoding import (
     greedy_decode,
     naive_greedy_decode,
 )
+from pe_research.model.single_stack import SingleStackTransformer
 from pe_research.positional.registry import SCHEMES
 
 BATCH, SOURCE_LEN, TARGET_LEN = 6, 7, 10
@@ -114,6 +116,27 @@ def test_greedy_tokens_are_the_argmax_of_teacher_forcing_on_themselves():
     tokens, teacher_forced_argmax = compiled(run, state)(state)
     assert len(np.unique(np.asarray(tokens))) > 2
     np.testing.assert_array_equal(teacher_forced_argmax, tokens)
+
+
+@pytest.mark.parametrize("scheme", ["rope", "t5"])
+def test_decoder_only_decodes_alike_in_segments(scheme):
+    """After the prefill of S + 1 slots, segment i reads S + widths[i] slots (a full source row
+    writes slot S + t at step t): one slot fewer loses a key and changes the tokens."""
+    model = SingleStackTransformer(tiny_config(scheme, architecture="decoder_only"),
+                                   rngs=nnx.Rngs(0))
+    graphdef, state = spread_parameters(model, seed=2)
+    source, source_mask, source_positions, target_positions, _ = inputs()
+
+    def run(state):
+        args = (nnx.merge(graphdef, state), source, source_positions, source_mask,
+                target_positions)
+        return (greedy_decode(*args, eos_id=NEVER), naive_greedy_decode(*args, eos_id=NEVER),
+                greedy_decode(*args, eos_id=NEVER, widths=SEGMENTS))
+
+    whole, naive, segmented = jax.device_get(compiled(run, state)(state))
+    np.testing.assert_array_equal(whole, naive)
+    np.testing.assert_array_equal(segmented, whole)
+    assert len(np.unique(whole)) > 2
 
 
 def test_cache_widths_halve_from_the_target_length_down_to_an_eighth():

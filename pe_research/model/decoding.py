@@ -68,8 +68,9 @@ def greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.A
     ``target_mask_BxT`` (the output slots) is read by the encoder-only model only, which is
     given its number of slots; there ``eos_steps_B`` fixes what its end slot holds.
     ``eos_steps_B`` ``[B]``: the oracle length, the step of each sequence's EOS (-1: none).
-    ``widths``: the encoder-decoder's loop runs in segments, the steps before ``widths[i]``
-    over the cache's first ``widths[i]`` slots (default ``cache_widths(T)``).
+    ``widths``: the loop runs in segments, the steps before ``widths[i]`` over the cache's
+    first ``widths[i]`` slots (after the decoder-only model's prefill; default
+    ``cache_widths(T)``).
     """
     architecture = model.config.architecture
     if architecture == "encoder_only":
@@ -77,7 +78,8 @@ def greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.A
                            target_positions_BxT, target_mask_BxT, pad_id, eos_steps_B, eos_id)
     if architecture == "decoder_only":
         return causal_greedy_decode(model, source_BxS, source_positions_BxS, source_mask_BxS,
-                                    target_positions_BxT, bos_id, eos_id, pad_id, eos_steps_B)
+                                    target_positions_BxT, bos_id, eos_id, pad_id, eos_steps_B,
+                                    widths)
     batch, length = source_BxS.shape[0], target_positions_BxT.shape[1]
     encoded_BxSxD = model.encode(source_BxS, source_positions_BxS, source_mask_BxS)
     graphdef, state = nnx.split(model)
@@ -95,15 +97,26 @@ def greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.A
         output_BxT = output_BxT.at[:, step].set(next_B)
         return step + 1, next_B[:, None], cache, output_BxT, done_B | (next_B == eos_id)
 
+    return _in_segments(body, carry, _checked(widths, length), 0)[3]
+
+
+def _checked(widths: Sequence[int] | None, length: int) -> tuple[int, ...]:
+    """``widths`` (default ``cache_widths(length)``), checked to rise to ``length``."""
     widths = cache_widths(length) if widths is None else tuple(widths)
     if list(widths) != sorted(set(widths)) or widths[-1] != length or widths[0] < 1:
         raise ValueError(f"widths {widths}: increasing, from 1 up to the target length {length}")
-    for width in widths:
+    return widths
+
+
+def _in_segments(body, carry: tuple, ends: Sequence[int], offset: int) -> tuple:
+    """``lax.while_loop`` of ``body`` over ``carry`` = (step, tokens, cache, output, done), one
+    loop per end: its steps before that end, over the cache's first ``offset + end`` slots."""
+    for end in ends:
         step, tokens_Bx1, narrow, output_BxT, done_B = jax.lax.while_loop(
-            lambda c, width=width: _running(c[0], width, c[4]), body,
-            (carry[0], carry[1], _first_slots(carry[2], width), carry[3], carry[4]))
+            lambda c, end=end: _running(c[0], end, c[4]), body,
+            (carry[0], carry[1], _first_slots(carry[2], offset + end), carry[3], carry[4]))
         carry = (step, tokens_Bx1, _written_back(carry[2], narrow), output_BxT, done_B)
-    return carry[3]
+    return carry
 
 
 def cache_widths(length: int) -> tuple[int, ...]:
@@ -190,8 +203,10 @@ def slot_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.Arr
 def causal_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.Array,
                          source_mask_BxS: jax.Array, target_positions_BxT: jax.Array,
                          bos_id: int = BOS_ID, eos_id: int = EOS_ID, pad_id: int = PAD_ID,
-                         eos_steps_B: jax.Array | None = None) -> jax.Array:
-    """Decoder-only: prefill ``source SEP`` into the cache, then one token per step.
+                         eos_steps_B: jax.Array | None = None,
+                         widths: Sequence[int] | None = None) -> jax.Array:
+    """Decoder-only: prefill ``source SEP`` into the cache, then one token per step (in
+    segments: the steps before ``widths[i]`` over the cache's first S + ``widths[i]`` slots).
 
     The joint sequence is that of ``SingleStackTransformer`` (packed: row b's target token t
     sits at index n_b + t after its n_b source tokens), so the cached and the teacher-forced
@@ -216,13 +231,13 @@ def causal_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS
     output_BxT, done_B = _first_state(batch, length, pad_id)
     first_B = _choose(logits_BxV, done_B, pad_id, 0, eos_steps_B, eos_id)
     output_BxT = output_BxT.at[:, 0].set(first_B)
-    keys_W = jnp.arange(width + length)
     all_positions = jnp.broadcast_to(positions, (batch, width + length))
 
     def body(carry):
         step, tokens_Bx1, cache, output_BxT, done_B = carry
         slot_B = count_B + step  # this token's index in its packed row
         positions_Bx1 = jnp.take_along_axis(all_positions, slot_B[:, None], axis=1)
+        keys_W = jnp.arange(cache[0]["k"].shape[2])  # the segment's slots
         visible_Bx1xW = PrefixMask(keys_W[None, None, :] <= slot_B[:, None, None], slot_B + 1)
         logits_BxV, cache = nnx.merge(graphdef, state).run_cached(
             tokens_Bx1, positions_Bx1, visible_Bx1xW, cache)
@@ -232,5 +247,5 @@ def causal_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS
 
     carry = (jnp.ones((), jnp.int32), first_B[:, None], cache, output_BxT,
              first_B == eos_id)
-    carry = jax.lax.while_loop(lambda c: _running(c[0], length, c[4]), body, carry)
-    return carry[3]
+    # Step t writes slot count + t < width + t: the steps before an end fit width + end slots.
+    return _in_segments(body, carry, _checked(widths, length), width)[3]
