@@ -18,7 +18,7 @@ PYTHON=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo pyth
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # pe_research without an install, too
 export PYTHONUNBUFFERED=1  # rows appear as they are measured
 ALL=(cudnn_check train_speed step_profile attention_kernels ensemble_speed bias_memory scheme_cost
-     scheme_cost_cudnn eval_memory eval_speed data_throughput)
+     scheme_cost_cudnn eval_memory eval_speed decode_speed data_throughput)
 NAMES=("$@")
 [ ${#NAMES[@]} -eq 0 ] && NAMES=("${ALL[@]}")
 
@@ -32,7 +32,7 @@ command_of() {  # the benchmark's command line, by name
     step_profile)
       echo "benchmarks/step_profile.py --shape large --implementation cudnn --dtype bfloat16" ;;
     train_speed | attention_kernels | ensemble_speed | bias_memory | scheme_cost | eval_memory \
-      | eval_speed | data_throughput | cpu_breakdown)
+      | eval_speed | decode_speed | data_throughput | cpu_breakdown)
       echo "benchmarks/$1.py" ;;
     *) return 1 ;;
   esac

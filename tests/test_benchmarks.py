@@ -45,6 +45,19 @@ def test_eval_speed_compares_bucket_and_length_compilation(trained_run_dir, tmp_
     assert float(out.split("cache speed-up: ")[1].split("x")[0]) > 0
 
 
+def test_decode_speed_decodes_alike_in_one_loop_and_in_segments():
+    out = run_script("benchmarks/decode_speed.py", "--schemes", "t5", "--shapes", "3x8,4x256",
+                     "--batch-size", "2", "--repeats", "1", "--config.model.d_model=16",
+                     "--config.model.num_heads=2", "--config.model.num_encoder_layers=1",
+                     "--config.model.num_decoder_layers=1", "--config.model.d_ff=32")
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in out.splitlines()
+            if line.startswith("| t5 ")]
+    assert [row[2:4] for row in rows] == [["3 x 8", "one (8,)"], ["4 x 256", "one (256,)"],
+                                          ["4 x 256", "segments (32, 64, 128, 256)"]]
+    assert [row[-1] for row in rows] == ["-", "-", "True"]
+    assert all(float(row[7].replace(",", "")) > 0 for row in rows)  # tokens/s
+
+
 @pytest.mark.slow
 def test_eval_memory_prints_a_row_per_compiled_shape():
     out = run_script("benchmarks/eval_memory.py", "--max-length", "8", "--batch-size", "8",
@@ -246,6 +259,8 @@ def test_step_profile_attributes_a_cpu_step_to_the_models_parts():
     (("step_profile.py", "--shape", "huge"), "error: --shape huge: not a shape; choose from "),
     (("attention_kernels.py", "--length", "0"), "error: --batch, --heads, --length and "),
     (("step_profile.py", "--read", "no.json.gz", "no.txt"), "error: no.json.gz: no such file"),
+    (("decode_speed.py", "--shapes", "128x"), "error: --shapes '128x': give SOURCExTARGET "),
+    (("decode_speed.py", "--schemes", "rope,nope"), "error: model.pe.type='nope' is invalid: "),
 ])
 def test_bad_input_ends_a_benchmark_with_one_line_before_any_compile(args, message):
     script, *rest = args
