@@ -102,7 +102,8 @@ class MemberRun:
                      compilations: int) -> dict[str, float]:
         """The window's averages (then emptied), learning rate, speed and compile count."""
         record = {f"train/{key}": value / self.window_steps for key, value in self.window.items()}
-        for metric in training_metrics():  # the step sums ratios; exp of the mean loss here
+        # The steps give perplexity's ratio, the mean loss; its transform (e to it) comes here.
+        for metric in training_metrics():
             if metric.transform and f"train/{metric.name}" in record:
                 record[f"train/{metric.name}"] = metric.transform(record[f"train/{metric.name}"])
         record["train/learning_rate"] = float(self.schedule(step - 1))
