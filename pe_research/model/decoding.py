@@ -30,7 +30,7 @@ from pe_research.model.single_stack import joint_positions, pack, packed_mask
 from pe_research.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 NEVER = -1  # an eos_id that never matches: decode all T steps (speed measurements)
-SEGMENTED_FROM = 256  # shorter targets decode in one loop: a segment's compile costs more
+SEGMENTED_FROM = 256  # below, one loop: segments save less than their compile (RESULTS.md)
 
 
 def _first_state(batch: int, length: int, pad_id: int) -> tuple[jax.Array, jax.Array]:
