@@ -102,7 +102,7 @@ class TokenModel(nnx.Module):
 
     def empty_cache(self, batch_size: int, positions_RxW: jax.Array,
                     layers: Sequence[nnx.Module]) -> list[dict[str, jax.Array]]:
-        """Zeroed keys and values ``[B, H, W, ·]`` for W tokens, one dict per layer (each with
+        """Zeroed keys and values ``[B, H, ·, W]`` for W tokens, one dict per layer (each with
         a ``self_attention`` and its ``own_pe``), holding every slot's position from the start:
         ``positions_RxW``, one row when every row shares its positions (then each step's bias
         is computed once), else the batch's. Fixed positions let XLA compute a scheme's
@@ -119,8 +119,8 @@ class TokenModel(nnx.Module):
             key = jax.eval_shape(lambda k, layer=layer, pe=pe: layer.self_attention.positioned(
                 k, k, one_position, one_position, pe)[1], probe)
             cache.append({
-                "k": jnp.zeros((batch_size, heads, width, key.shape[-1]), key.dtype),
-                "v": jnp.zeros((batch_size, heads, width, head_dim), self.config.compute_dtype),
+                "k": jnp.zeros((batch_size, heads, key.shape[-1], width), key.dtype),
+                "v": jnp.zeros((batch_size, heads, head_dim, width), self.config.compute_dtype),
                 "positions": positions_RxW.astype(jnp.int32),
                 "index": jnp.zeros((), jnp.int32)})
         return cache
@@ -194,7 +194,7 @@ class Seq2SeqTransformer(TokenModel):
                     ) -> tuple[jax.Array, list[dict[str, jax.Array]]]:
         """Logits ``[B, V]`` for one new token per sequence, and the updated cache
         (``init_cache``'s, which holds what the step needs of the encoder output)."""
-        batch, max_length = cache[0]["k"].shape[0], cache[0]["k"].shape[2]
+        batch, max_length = cache[0]["k"].shape[0], cache[0]["k"].shape[3]
         self_mask = cache_mask(cache[0]["index"], batch, max_length)
         _, source_mask = prefix_masks(source_mask_BxS, jnp.ones((batch, 1), bool))
         y = self.embed_inputs(tokens_Bx1, positions_Bx1, None)
