@@ -208,7 +208,7 @@ class DecoderLayer(nnx.Module):
 def cache_layout(x_BxSxHxD: jax.Array) -> jax.Array:
     """Keys or values as the decoding cache keeps them, ``[B, H, D, S]``: a step's products
     ``[1, D] x [D, S]`` and ``[1, S] x [S, D]`` then read rows of S slots, which XLA-CPU runs
-    1.1-1.2x faster per decoding than over ``[B, H, S, D]`` (benchmarks/RESULTS.md).
+    1.02-1.26x faster per decoding than over ``[B, H, S, D]`` (benchmarks/RESULTS.md).
     ``attention_layout`` turns them back, and XLA folds the two transposes into the products
     instead of copying the cache at every step."""
     return jnp.transpose(x_BxSxHxD, (0, 2, 3, 1))
