@@ -138,8 +138,8 @@ def _first_slots(cache: list[dict], width: int) -> list[dict]:
 
 def _written_back(full: list[dict], narrow: list[dict]) -> list[dict]:
     """``full`` with ``narrow``'s slots (and index) written over its first ones."""
-    return [{**n, "k": f["k"].at[..., :n["k"].shape[3]].set(n["k"]),
-             "v": f["v"].at[..., :n["v"].shape[3]].set(n["v"]), "positions": f["positions"]}
+    return [{**n, "k": f["k"].at[..., :n["k"].shape[-1]].set(n["k"]),
+             "v": f["v"].at[..., :n["v"].shape[-1]].set(n["v"]), "positions": f["positions"]}
             for f, n in zip(full, narrow, strict=True)]
 
 
@@ -237,7 +237,7 @@ def causal_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS
         step, tokens_Bx1, cache, output_BxT, done_B = carry
         slot_B = count_B + step  # this token's index in its packed row
         positions_Bx1 = jnp.take_along_axis(all_positions, slot_B[:, None], axis=1)
-        keys_W = jnp.arange(cache[0]["k"].shape[3])  # the segment's slots
+        keys_W = jnp.arange(cache[0]["k"].shape[-1])  # the segment's slots
         visible_Bx1xW = PrefixMask(keys_W[None, None, :] <= slot_B[:, None, None], slot_B + 1)
         logits_BxV, cache = nnx.merge(graphdef, state).run_cached(
             tokens_Bx1, positions_Bx1, visible_Bx1xW, cache)

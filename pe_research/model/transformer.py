@@ -194,7 +194,7 @@ class Seq2SeqTransformer(TokenModel):
                     ) -> tuple[jax.Array, list[dict[str, jax.Array]]]:
         """Logits ``[B, V]`` for one new token per sequence, and the updated cache
         (``init_cache``'s, which holds what the step needs of the encoder output)."""
-        batch, max_length = cache[0]["k"].shape[0], cache[0]["k"].shape[3]
+        batch, max_length = cache[0]["k"].shape[0], cache[0]["k"].shape[-1]
         self_mask = cache_mask(cache[0]["index"], batch, max_length)
         _, source_mask = prefix_masks(source_mask_BxS, jnp.ones((batch, 1), bool))
         y = self.embed_inputs(tokens_Bx1, positions_Bx1, None)
