@@ -91,6 +91,20 @@ def test_a_tiny_memory_budget_splits_batches_and_changes_no_number(one_device):
     assert all(rows == 16 for rows in one_device[2].batch_rows.values())  # the default budget
 
 
+def test_attention_in_blocks_of_query_rows_changes_no_number(one_device):
+    """Source and target widths 8 and 16 in blocks of 3 queries (teacher forcing, the encoder
+    of greedy decoding) give the numbers of whole rows (the default 64 exceeds both widths)."""
+    run, dataset, _, result = one_device
+    config = run.config.copy_and_resolve_references()
+    config.eval.query_block = 3
+    blocked = RangeEvaluator(config, run.graphdef, run.rest, run.mesh)(
+        run.params, dataset, LENGTHS, config.eval.batch_size, config.data.buckets)
+    assert run.config.eval.query_block == 64 and blocked.compilations == result.compilations
+    for row, reference in zip(blocked.rows, result.rows, strict=True):
+        for key, value in reference.values.items():
+            assert row.values[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+
+
 def test_lengths_1_to_200_plan_at_most_one_shape_per_bucket(tmp_path):
     config = base_config(task="duplicate_string", pe="rope")
     task = get_task(config.task.to_dict(), config.data.to_dict())

@@ -61,6 +61,9 @@ BLOCK_DEFAULTS: dict[str, dict[str, Any]] = {
         # Estimated memory one eval batch may take (GiB); batches that would exceed it are
         # split into smaller ones of one shape. 0 -> half of the device's memory.
         "memory_budget_gb": 0.0,
+        # Queries each attention takes at a time on xla (0: all): logits, bias and weights
+        # [B, H, query_block, S] instead of [B, H, T, S]; the numbers do not change.
+        "query_block": 64,
         # Also decode with the end token forced at the true length (oracle_exact_match;
         # Newman et al. 2020): what the model writes, apart from where it stops. Always on for
         # a run trained with train.predict_eos False.

@@ -116,6 +116,7 @@ def _check_eval(evaluation: Mapping[str, Any]) -> None:
     _positive_ints("eval.lengths", tuple(evaluation["lengths"]))
     _at_least("eval.batch_size", evaluation["batch_size"], 1)
     _at_least("eval.memory_budget_gb", evaluation["memory_budget_gb"], 0)
+    _at_least("eval.query_block", evaluation["query_block"], 0)
     check_checkpoint_choice("eval.checkpoint", evaluation["checkpoint"])
 
 

@@ -1,10 +1,10 @@
 """Eval batches sized to a memory budget: an estimate from the traced program, no compile.
 
-The estimate of a batch is the parameters, the batch and ``LIVE_COPIES`` times the largest
-intermediate of the traced evaluation function (forward pass and greedy decoding, sub-programs
-included): at long lengths that is the ``[B, H, T, S]`` attention logits, of which a few copies
-(logits, bias, probabilities) are alive at once. It is a stated rule of thumb, not XLA's own
-accounting, which needs a compile; ``benchmarks/eval_memory.py`` compares the two.
+The estimate of a batch is its inputs and the peak of the traced evaluation function's live
+values (forward pass and greedy decoding, sub-programs included), its equations run in program
+order, each value freed after its last use, times ``MARGIN``: XLA's buffers came to 0.74-1.27x
+that peak for the benchmark configs' evaluation with attention in query blocks (the default;
+``benchmarks/eval_memory.py`` compares the two). XLA's own accounting needs a compile.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+from jax.extend.core import Jaxpr, JaxprEqn, Literal
 
-LIVE_COPIES = 4  # largest intermediates alive at once (logits, bias, probabilities, a spare)
+MARGIN = 1.3  # XLA's buffers over the program-order peak: up to 1.27x measured
 DEFAULT_FRACTION = 0.5  # of the device's memory, when eval.memory_budget_gb is 0
 
 
@@ -42,25 +43,52 @@ def _nbytes(aval: Any) -> int:
     return math.prod(shape) * dtype.itemsize
 
 
-def largest_intermediate_bytes(jaxpr: jax.extend.core.Jaxpr) -> int:
-    """Bytes of the largest value any equation of ``jaxpr`` (or a sub-program) produces."""
-    largest = 0
-    for equation in jaxpr.eqns:
-        for var in equation.outvars:
-            largest = max(largest, _nbytes(var.aval))
-        for param in equation.params.values():
-            for sub in param if isinstance(param, list | tuple) else [param]:
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    largest = max(largest, largest_intermediate_bytes(inner))
-    return largest
+def _sub_programs(equation: JaxprEqn) -> list[Jaxpr]:
+    """The jaxprs an equation runs (a loop's body and condition, a nested jit, ...)."""
+    programs = []
+    for param in equation.params.values():
+        for sub in param if isinstance(param, list | tuple) else [param]:
+            inner = getattr(sub, "jaxpr", sub)
+            if hasattr(inner, "eqns"):
+                programs.append(inner)
+    return programs
+
+
+def peak_live_bytes(jaxpr: Jaxpr) -> int:
+    """Peak bytes of the values ``jaxpr`` computes, its equations run in order and each value
+    freed after its last use; while an equation runs, its sub-programs' own peak is added.
+    The inputs are not counted (their holder counts them)."""
+    last_use: dict[Any, int] = {}
+    for index, equation in enumerate(jaxpr.eqns):
+        for var in equation.invars:
+            if not isinstance(var, Literal):
+                last_use[var] = index
+    for var in jaxpr.outvars:
+        if not isinstance(var, Literal):
+            last_use[var] = len(jaxpr.eqns)
+    freed_after: dict[int, list[Any]] = {}
+    for var, index in last_use.items():
+        freed_after.setdefault(index, []).append(var)
+    live_bytes: dict[Any, int] = {}
+    live = peak = 0
+    for index, equation in enumerate(jaxpr.eqns):
+        inner = max((peak_live_bytes(sub) for sub in _sub_programs(equation)), default=0)
+        outputs = {var: _nbytes(var.aval) for var in equation.outvars}
+        peak = max(peak, live + inner + sum(outputs.values()))
+        for var, size in outputs.items():
+            if var in last_use:
+                live_bytes[var] = size
+                live += size
+        for var in freed_after.get(index, []):
+            live -= live_bytes.pop(var, 0)
+    return peak
 
 
 def estimate_bytes(function: Callable, *args: Any) -> int:
     """Estimated peak bytes of ``function(*args)`` (arrays or ``ShapeDtypeStruct``s)."""
     closed = jax.make_jaxpr(function)(*args)
-    inputs = sum(_nbytes(leaf) for leaf in jax.tree.leaves(args))
-    return inputs + LIVE_COPIES * largest_intermediate_bytes(closed.jaxpr)
+    inputs = sum(_nbytes(leaf) for leaf in jax.tree.leaves((args, closed.consts)))
+    return inputs + int(MARGIN * peak_live_bytes(closed.jaxpr))
 
 
 def rows_within_budget(batch_size: int, multiple: int, bytes_of_rows: Callable[[int], int],

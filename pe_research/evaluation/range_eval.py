@@ -35,6 +35,7 @@ from pe_research.evaluation.metrics import (
     training_metrics,
 )
 from pe_research.mesh import DATA_AXIS, check_batch_fits, replicated, to_host
+from pe_research.model.attention import set_query_block
 from pe_research.model.decoding import greedy_decode
 from pe_research.positional.randomize import evaluation_keys, randomize_settings
 from pe_research.positional.registry import scheme_class
@@ -174,8 +175,9 @@ class RangeEvaluator:
         oracle_length, decode = decodes_at_oracle_length(config), task_decodes(config)
 
         def statistics(params, batch, first_row=0):
-            return example_statistics(nnx.merge(graphdef, params, rest), batch, position_key,
-                                      oracle_length, first_row, decode)
+            model = set_query_block(nnx.merge(graphdef, params, rest), config.eval.query_block)
+            return example_statistics(model, batch, position_key, oracle_length, first_row,
+                                      decode)
 
         def traced_statistics(params, batch, first_row):
             shape = (*batch["source"].shape, batch["target_input"].shape[1])
@@ -310,8 +312,8 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
     def statistics(params, batch, position_key, first_row):
         compiled_shapes.append((*batch["source"].shape[1:], batch["target_input"].shape[2]))
         return jax.vmap(lambda p, b, k: example_statistics(
-            nnx.merge(graphdef, p, rest), b, k, oracle_length, first_row, decode))(
-            params, batch, position_key)
+            set_query_block(nnx.merge(graphdef, p, rest), first.eval.query_block), b, k,
+            oracle_length, first_row, decode))(params, batch, position_key)
 
     stacked_statistics = jax.jit(statistics)
     params = jax.tree.map(lambda *leaves: jax.numpy.stack(leaves), *(run.params for run in runs))

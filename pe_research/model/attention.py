@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from pe_research.model.masks import PrefixMask, dense_mask
+from pe_research.model.query_blocks import in_query_blocks
 from pe_research.positional.base import AttentionKind, PositionalScheme
 from pe_research.positional.explicit_attention import attention
 
@@ -110,10 +111,18 @@ def fused_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax.A
     return encoded[:, :T]
 
 
+def set_query_block(model: nnx.Module, rows: int) -> nnx.Module:
+    """``model`` with every attention attending ``rows`` queries at a time (0: all at once)."""
+    model.set_attributes(MultiHeadAttention, query_block=int(rows), raise_if_not_found=False)
+    return model
+
+
 class MultiHeadAttention(nnx.Module):
     """Projections to H heads, positional hooks, ``jax.nn.dot_product_attention``, output.
 
     ``ablated``: heads whose output is zeroed before the output projection (model/ablation.py).
+    ``query_block``: queries attended at a time on ``xla``, 0 for all at once (training);
+    evaluation sets it (``eval.query_block``, model/query_blocks.py).
     """
 
     def __init__(self, d_model: int, num_heads: int, kind: AttentionKind, *, dtype: Any,
@@ -121,6 +130,7 @@ class MultiHeadAttention(nnx.Module):
         self.kind = kind
         self.num_heads = num_heads
         self.ablated = tuple(ablated)
+        self.query_block = 0
         self.head_dim = d_model // num_heads
         self.implementation = resolve_implementation(implementation, dtype, self.head_dim)
         dense = functools.partial(nnx.LinearGeneral, dtype=dtype, param_dtype=jnp.float32,
@@ -172,7 +182,25 @@ class MultiHeadAttention(nnx.Module):
                           k_positions_BxS, mask: jax.Array | PrefixMask,
                           pe: PositionalScheme) -> jax.Array:
         """Attention of transformed queries over transformed keys (``positioned``'s): the
-        scheme's bias or its own attention, else the fused kernel; ``[B, T, D]``."""
+        scheme's bias or its own attention, else the fused kernel; ``[B, T, D]``. With
+        ``query_block`` set (inference on ``xla``), ``query_block`` queries at a time."""
+        rows = self.query_block
+        if rows and q_BxTxHxD.shape[1] > rows and self.implementation == "xla":
+            encoded = in_query_blocks(
+                lambda q, q_positions, mask_block: self.attend_rows(
+                    q, k_BxSxHxD, v_BxSxHxD, q_positions, k_positions_BxS, mask_block, pe),
+                rows, q_BxTxHxD, q_positions_BxT, dense_mask(mask))
+        else:
+            encoded = self.attend_rows(q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, q_positions_BxT,
+                                       k_positions_BxS, mask, pe)
+        if self.ablated:
+            kept_H = jnp.ones(self.num_heads, encoded.dtype).at[jnp.array(self.ablated)].set(0)
+            encoded = encoded * kept_H[:, None]  # [B, T, H, Dh]
+        return self.output(encoded)
+
+    def attend_rows(self, q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, q_positions_BxT, k_positions_BxS,
+                    mask: jax.Array | PrefixMask, pe: PositionalScheme) -> jax.Array:
+        """The heads' outputs ``[B, T, H, Dh]`` of these query rows, before the projection."""
         bias = encoded = None
         if self.kind in pe.acts_in:
             with jax.named_scope("positional"):
@@ -184,7 +212,4 @@ class MultiHeadAttention(nnx.Module):
         if encoded is None:  # the usual case: the fused kernel
             encoded = fused_attention(q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias, mask,
                                       self.implementation)
-        if self.ablated:
-            kept_H = jnp.ones(self.num_heads, encoded.dtype).at[jnp.array(self.ablated)].set(0)
-            encoded = encoded * kept_H[:, None]  # [B, T, H, Dh]
-        return self.output(encoded)
+        return encoded

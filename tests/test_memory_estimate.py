@@ -1,0 +1,49 @@
+"""The eval memory estimate (evaluation/memory.py): program-order liveness, golden values."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from pe_research.evaluation import memory
+
+X = jax.ShapeDtypeStruct((1000,), jnp.float32)  # 4,000 bytes
+
+
+def peak(function, *args) -> int:
+    return memory.peak_live_bytes(jax.make_jaxpr(function)(*args).jaxpr)
+
+
+def test_a_value_is_freed_after_its_last_use():
+    # x * 2 (4,000 bytes) is alive while + 1 writes its 4,000 bytes; then only the sum's 4
+    assert peak(lambda x: jnp.sum(x * 2 + 1), X) == 8_000
+    # kept to the end: three outputs of 4,000 bytes each, the last written beside the other two
+    assert peak(lambda x: (x * 2, x * 3, x * 4), X) == 12_000
+
+
+def test_a_sub_program_adds_its_own_peak_while_it_runs():
+    inner = jax.jit(lambda x: jnp.sum(x * 2 + 1))
+    assert peak(lambda x: inner(x) * 3, X) == 8_000 + 4  # the nested peak + its 4-byte output
+    held = jax.jit(lambda x: jnp.sum(x * 2 + 1))
+    assert peak(lambda x: (x * 5, held(x)), X) == 4_000 + 8_000 + 4  # x * 5 stays alive
+
+
+def test_a_loop_counts_its_body_and_its_stacked_outputs():
+    def body(carry, row):
+        return carry + jnp.sum(row * 2 + 1), row * 3  # peak 16 bytes: row * 2 and its + 1
+    rows = jax.ShapeDtypeStruct((10, 2), jnp.float32)  # 10 steps of 2 numbers
+    # the body's 16 bytes beside the loop's outputs: 80 stacked bytes and the 4-byte carry
+    assert peak(lambda r: jax.lax.scan(body, jnp.float32(0), r), rows) == 84 + 16
+
+
+def test_the_estimate_is_the_inputs_plus_the_margin_times_the_peak():
+    assert memory.estimate_bytes(lambda x: jnp.sum(x * 2 + 1), X) == \
+        4_000 + int(memory.MARGIN * 8_000)
+
+
+@pytest.mark.parametrize(("rows", "expected"), [(0, 64), (2**20, 8), (2**19, 4)])
+def test_rows_are_halved_until_the_estimate_fits(rows, expected):
+    """64 rows of 2**14 bytes each (1 MiB): a budget of ``rows`` bytes plus 0 fixed ones."""
+    budget = rows or 2**30
+    assert memory.rows_within_budget(64, 4, lambda n: n * 2**14 * 8, budget) == expected

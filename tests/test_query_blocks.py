@@ -1,0 +1,122 @@
+"""Evaluation's attention in blocks of query rows: the same logits for every scheme and
+architecture as all rows at once, a loop over ceil(T / rows) blocks, a smaller memory estimate."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from test_architectures import ragged_batch, supported
+from tiny_models import tiny_config
+
+from pe_research.config import base_config
+from pe_research.config.validate import validate_config
+from pe_research.errors import ConfigError
+from pe_research.evaluation import memory
+from pe_research.model import Seq2SeqTransformer, SingleStackTransformer, build_model
+from pe_research.model.attention import MultiHeadAttention, set_query_block
+from pe_research.model.decoding import greedy_decode
+from pe_research.model.query_blocks import in_query_blocks
+from pe_research.positional import SCHEMES
+from pe_research.training.steps import batch_positions
+
+ARCHITECTURES = ("encoder_decoder", "encoder_only", "decoder_only")
+
+
+def model_of(architecture: str, scheme: str):
+    config = tiny_config(scheme, architecture=architecture)
+    model_class = Seq2SeqTransformer if architecture == "encoder_decoder" else \
+        SingleStackTransformer
+    return model_class(config, rngs=nnx.Rngs(0))
+
+
+def logits_of(model, batch):
+    positions = batch_positions(model.config.pe, batch, jax.random.key(0), False,
+                                model.config.architecture)
+    return jax.jit(lambda b, p: model(b["source"], b["target_input"], *p, b["source_mask"],
+                                      b["target_mask"]))(batch, positions)
+
+
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_blocks_of_query_rows_give_the_logits_of_all_rows(architecture, scheme):
+    """Widths 7 in blocks of 3 (the last padded), ragged rows: every scheme's bias and own
+    attention are row-local, so the logits agree to float32 rounding."""
+    if architecture != "encoder_decoder" and not supported(architecture, scheme):
+        return
+    model = model_of(architecture, scheme)
+    batch = ragged_batch(source_width=7, target_width=7)
+    whole = logits_of(model, batch)
+    blocked = logits_of(set_query_block(model, 3), batch)
+    mask = np.asarray(batch["target_mask"])
+    np.testing.assert_allclose(np.asarray(blocked)[mask], np.asarray(whole)[mask], atol=2e-6,
+                               rtol=1e-5)
+
+
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+@pytest.mark.parametrize("scheme", ["rope", "t5", "fire", "transformer_xl", "fox", "cope"])
+def test_greedy_decoding_in_blocks_decodes_the_same_tokens(architecture, scheme):
+    """The encoder (encoder-decoder), the prefill of source + BOS (decoder-only) and the one
+    forward pass (encoder-only) attend in blocks of 3; each step's single query does not."""
+    if architecture != "encoder_decoder" and not supported(architecture, scheme):
+        return
+    model = model_of(architecture, scheme)
+    batch = ragged_batch(source_width=7, target_width=7)
+    positions = batch_positions(model.config.pe, batch, jax.random.key(0), False, architecture)
+
+    def decode(rows):
+        return greedy_decode(set_query_block(model, rows), batch["source"], positions[0],
+                             batch["source_mask"], positions[1],
+                             target_mask_BxT=batch["target_mask"], eos_id=-1)
+
+    np.testing.assert_array_equal(decode(3), decode(0))
+
+
+def test_rows_are_cut_into_padded_blocks_and_put_back_in_order():
+    """A row-wise function of (query, position, mask row), evaluated in ceil(7 / 3) = 3 steps
+    of a loop, equals its value on all rows; padded rows never reach the output."""
+    q = jax.random.normal(jax.random.key(0), (2, 7, 2, 4))
+    positions = jnp.broadcast_to(jnp.arange(7) * 10, (1, 7))  # shared by the rows: [1, T]
+    mask = jnp.arange(5)[None, None, :] <= jnp.arange(7)[None, :, None] % 5
+    mask = jnp.broadcast_to(mask, (2, 7, 5))
+
+    def row_wise(q, positions, mask):
+        return q * 2 + positions[..., None, None] + jnp.sum(mask, -1)[..., None, None]
+
+    blocked = in_query_blocks(row_wise, 3, q, positions, mask)
+    np.testing.assert_array_equal(blocked, row_wise(q, positions, mask))
+    jaxpr = jax.make_jaxpr(lambda q: in_query_blocks(row_wise, 3, q, positions, mask))(q)
+    loops = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "scan"]
+    assert len(loops) == 1 and loops[0].params["length"] == 3
+
+
+def test_blocks_cut_the_memory_estimate_of_a_long_forward_pass():
+    """Width 256 in blocks of 64: the attention's values are [B, H, 64, S], not [B, H, T, S],
+    so the estimate (memory.estimate_bytes, no compile) falls more than 3x (4x for those values;
+    the rest of the model is small here)."""
+    model = model_of("encoder_decoder", "alibi")
+    batch = ragged_batch(source_width=256, target_width=256)
+
+    def estimate(rows):
+        set_query_block(model, rows)
+        positions = batch_positions(model.config.pe, batch, jax.random.key(0), False,
+                                    "encoder_decoder")
+        return memory.estimate_bytes(lambda b: model(
+            b["source"], b["target_input"], *positions, b["source_mask"], b["target_mask"]),
+            batch)
+
+    whole, blocked = estimate(0), estimate(64)
+    assert 3 < whole / blocked <= 4
+
+
+def test_training_attends_all_rows_at_once_and_a_negative_block_is_refused():
+    model = build_model(base_config(), 20)
+    blocks = [module.query_block for _, module in nnx.iter_graph(model)
+              if isinstance(module, MultiHeadAttention)]
+    assert blocks and set(blocks) == {0}
+    config = base_config()
+    config.eval.query_block = -1
+    with pytest.raises(ConfigError, match="eval.query_block"):
+        validate_config(config)
