@@ -255,6 +255,15 @@ def _rows_of(lengths: np.ndarray, length: int, dataset: datasets.Dataset) -> np.
     return rows
 
 
+def eval_batch_rows(dataset: datasets.Dataset, lengths: Sequence[int], batch_size: int,
+                    multiple: int) -> int:
+    """``batch_size``, or fewer: the most examples of any of ``lengths`` up to a multiple of
+    ``multiple`` (no rows of padding alone); one count for all, one shape per bucket."""
+    all_lengths = _columns(dataset)[0]
+    most = max(_rows_of(all_lengths, length, dataset).size for length in lengths)
+    return min(batch_size, -(-most // multiple) * multiple)
+
+
 def eval_widths(dataset: datasets.Dataset, lengths: Sequence[int],
                 buckets: Sequence[int]) -> dict[int, tuple[int, int]]:
     """Padded ``(source, target)`` widths of each length's eval batches, one shape per source

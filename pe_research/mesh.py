@@ -101,6 +101,11 @@ def check_batch_fits(key: str, batch_size: int, mesh: Mesh) -> None:
                     f"device count of mesh axis {DATA_AXIS!r},")
 
 
+def batch_multiple(mesh: Mesh) -> int:
+    """What a global batch's row count must be a multiple of: ``data``'s devices, processes."""
+    return math.lcm(mesh.shape[DATA_AXIS], jax.process_count())
+
+
 def to_host(x: jax.Array) -> np.ndarray:
     """A replicated array's value on this host (works when other hosts hold copies too)."""
     if isinstance(x, jax.Array) and not x.is_fully_addressable:

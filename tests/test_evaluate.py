@@ -91,6 +91,18 @@ def test_a_tiny_memory_budget_splits_batches_and_changes_no_number(one_device):
     assert all(rows == 16 for rows in one_device[2].batch_rows.values())  # the default budget
 
 
+def test_a_batch_larger_than_a_lengths_examples_is_cut_to_them(one_device):
+    """eval.batch_size 64 over 16 examples per length: batches of 16 rows, not 48 rows of
+    padding beside them; the same numbers and one shape per source bucket."""
+    run, dataset, _, result = one_device
+    evaluator = RangeEvaluator(run.config, run.graphdef, run.rest, run.mesh)
+    assert data.eval_batch_rows(dataset, LENGTHS, 64, 1) == 16 == run.config.data.eval_samples
+    assert data.eval_batch_rows(dataset, LENGTHS, 64, 3) == 18  # whole rows for each device
+    larger = evaluator(run.params, dataset, LENGTHS, 64, run.config.data.buckets)
+    assert larger.compiled_shapes == result.compiled_shapes  # batch 16, as with batch_size 16
+    assert larger.rows == result.rows
+
+
 def test_attention_in_blocks_of_query_rows_changes_no_number(one_device):
     """Source and target widths 8 and 16 in blocks of 3 queries (teacher forcing, the encoder
     of greedy decoding) give the numbers of whole rows (the default 64 exceeds both widths)."""

@@ -20,7 +20,8 @@ from pe_research.model.attention import MultiHeadAttention, set_query_block
 from pe_research.model.decoding import greedy_decode
 from pe_research.model.query_blocks import in_query_blocks
 from pe_research.positional import SCHEMES
-from pe_research.training.steps import batch_positions
+from pe_research.training.optimizer import make_optimizer
+from pe_research.training.steps import batch_positions, step_functions
 
 ARCHITECTURES = ("encoder_decoder", "encoder_only", "decoder_only")
 
@@ -72,6 +73,28 @@ def test_greedy_decoding_in_blocks_decodes_the_same_tokens(architecture, scheme)
                              target_mask_BxT=batch["target_mask"], eos_id=-1)
 
     np.testing.assert_array_equal(decode(3), decode(0))
+
+
+def test_the_training_loops_eval_step_attends_in_blocks_and_its_train_step_does_not():
+    """``step_functions``' eval step with ``query_block`` 3 gives the sums of whole rows (and
+    traces a loop over blocks); its train step traces no such loop."""
+    model = model_of("encoder_decoder", "t5")
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    batch = ragged_batch(source_width=7, target_width=7)
+    key = jax.random.key(0)
+    sums = {}
+    for rows in (0, 3):
+        train_step, eval_step = step_functions(graphdef, rest, base_config().train,
+                                               {"train": 0, "evaluate": 0}, rows)
+        sums[rows] = jax.jit(eval_step)(params, batch, key)
+        loops = str(jax.make_jaxpr(eval_step)(params, batch, key)).count("scan[")
+        assert (loops > 0) == (rows > 0)
+    for name, value in sums[0].items():
+        np.testing.assert_allclose(sums[3][name], value, rtol=1e-5, err_msg=name)
+    optimizer_state = make_optimizer(base_config().train).init(params)
+    train_jaxpr = jax.make_jaxpr(lambda p, o: train_step(p, o, batch, 0, key))(
+        params, optimizer_state)
+    assert "scan[" not in str(train_jaxpr)
 
 
 def test_rows_are_cut_into_padded_blocks_and_put_back_in_order():

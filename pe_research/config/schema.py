@@ -56,7 +56,7 @@ BLOCK_DEFAULTS: dict[str, dict[str, Any]] = {
     },
     "eval": {
         "lengths": (),  # task lengths for `pe-research eval`
-        "batch_size": 64,
+        "batch_size": 64,  # at most: fewer where a length has fewer examples
         "checkpoint": "best",  # 'best' | 'latest' | a step number as a string
         # Estimated memory one eval batch may take (GiB); batches that would exceed it are
         # split into smaller ones of one shape. 0 -> half of the device's memory.

@@ -34,7 +34,7 @@ from pe_research.evaluation.metrics import (
     summarize,
     training_metrics,
 )
-from pe_research.mesh import DATA_AXIS, check_batch_fits, replicated, to_host
+from pe_research.mesh import DATA_AXIS, batch_multiple, check_batch_fits, replicated, to_host
 from pe_research.model.attention import set_query_block
 from pe_research.model.decoding import greedy_decode
 from pe_research.positional.randomize import evaluation_keys, randomize_settings
@@ -170,7 +170,7 @@ class RangeEvaluator:
     def __init__(self, config: ml_collections.ConfigDict, graphdef: Any, rest: Any, mesh: Mesh):
         self.config, self.mesh = config, mesh
         self.compiled_shapes: list[tuple[int, int, int]] = []
-        self.batch_rows: dict[tuple[int, int], int] = {}  # (source, target) widths -> rows
+        self.batch_rows: dict[tuple[int, int, int], int] = {}  # (source, target, batch) -> rows
         position_key = eval_position_key(config.seed)
         oracle_length, decode = decodes_at_oracle_length(config), task_decodes(config)
 
@@ -192,8 +192,8 @@ class RangeEvaluator:
         """Rows per batch at this batch's widths: ``batch_size``, halved while the estimate
         exceeds the memory budget (traced once per widths, never compiled); ``members`` models
         evaluated in one program share the budget."""
-        widths = (batch["source"].shape[1], batch["target_input"].shape[1])
-        if widths not in self.batch_rows:
+        key = (batch["source"].shape[1], batch["target_input"].shape[1], batch_size)
+        if key not in self.batch_rows:
             budget = memory.budget_bytes(self.config.eval.memory_budget_gb,
                                          self.mesh.devices.flat[0]) // members
             fixed = sum(leaf.nbytes for leaf in jax.tree.leaves(params))
@@ -204,8 +204,8 @@ class RangeEvaluator:
             rows = memory.rows_within_budget(
                 batch_size, devices, lambda rows: fixed + full * rows // (batch_size * devices),
                 budget)
-            self.batch_rows[widths] = rows
-        return self.batch_rows[widths]
+            self.batch_rows[key] = rows
+        return self.batch_rows[key]
 
     @property
     def compilations(self) -> int:
@@ -228,6 +228,7 @@ class RangeEvaluator:
         With ``progress``, a bar over lengths appears once evaluation has taken a few seconds.
         """
         widths = self.plan(dataset, lengths, batch_size, buckets)
+        batch_size = data.eval_batch_rows(dataset, lengths, batch_size, batch_multiple(self.mesh))
         start, compiled_before = time.perf_counter(), self.compilations
         rows = []
         bar = tqdm(lengths, desc="eval", unit="length", delay=PROGRESS_DELAY_S, leave=False,
@@ -305,6 +306,8 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
     planner = RangeEvaluator(first, runs[0].graphdef, runs[0].rest, runs[0].mesh)
     plans = [planner.plan(dataset, lengths, first.eval.batch_size, buckets)
              for dataset in datasets]
+    batch_size = max(data.eval_batch_rows(dataset, lengths, first.eval.batch_size,
+                                          batch_multiple(runs[0].mesh)) for dataset in datasets)
     compiled_shapes: list[tuple[int, int, int]] = []
     graphdef, rest = runs[0].graphdef, runs[0].rest
     oracle_length, decode = decodes_at_oracle_length(first), task_decodes(first)
@@ -326,8 +329,8 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
     for length in bar:
         # the rows of one member's batch that fit its share of the memory budget
         batch_rows = planner.rows_for(runs[0].params, next(data.eval_batches(
-            datasets[0], length, first.eval.batch_size, buckets, widths=plans[0][length])),
-            first.eval.batch_size, members=len(runs))
+            datasets[0], length, batch_size, buckets, widths=plans[0][length])),
+            batch_size, members=len(runs))
         streams = [data.eval_batches(dataset, length, batch_rows, buckets, widths=plan[length])
                    for dataset, plan in zip(datasets, plans, strict=True)]
         pending = [stacked_statistics(params, data.stack_batches(list(batches)), keys,

@@ -145,8 +145,8 @@ def _restore_common_step(checkpointers: Sequence[Any], params: Any, opt_state: A
 def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
                   cleanup: contextlib.ExitStack) -> EnsembleResult:
     vocab_size = tasks[0].vocabulary.size
-    singles = [make_steps(build_model(config, vocab_size), config.train, config.seed, eval_mesh)
-               for config in configs]
+    singles = [make_steps(build_model(config, vocab_size), config.train, config.seed, eval_mesh,
+                          config.eval.query_block) for config in configs]
     member_params = [params for _, params in singles]
     member_opt = [make_optimizer(config.train).init(params)
                   for config, params in zip(configs, member_params, strict=True)]
@@ -180,7 +180,8 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
     print(model_line(configs[0], vocab_size, member_params[0]), flush=True)
     steps = make_ensemble_steps(first.graphdef, first.rest, configs[0].train,
                                 [config.seed for config in configs],
-                                rates if len(set(rates)) > 1 else None, mesh)
+                                rates if len(set(rates)) > 1 else None, mesh,
+                                configs[0].eval.query_block)
 
     members = []
     for k, (config, run_dir, task) in enumerate(zip(configs, run_dirs, tasks, strict=True)):

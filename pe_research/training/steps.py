@@ -28,6 +28,7 @@ from pe_research.evaluation.metrics import (
 from pe_research.evaluation.metrics import summarize as summarize_sums
 from pe_research.mesh import member_sharded, replicated
 from pe_research.model import TokenModel, build_model
+from pe_research.model.attention import set_query_block
 from pe_research.positional.randomize import make_positions, split_key
 from pe_research.special_tokens import EOS_ID
 from pe_research.training.optimizer import make_optimizer
@@ -107,8 +108,9 @@ class Steps:
 
 
 def step_functions(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
-                   traces: dict[str, int]) -> tuple[Any, Any]:
-    """The pure (unjitted) train and eval steps of one model.
+                   traces: dict[str, int], query_block: int = 0) -> tuple[Any, Any]:
+    """The pure (unjitted) train and eval steps of one model; the eval step attends
+    ``query_block`` queries at a time (``eval.query_block``; 0: all), the train step all.
 
     ``train_step(params, opt_state, batch, step, base_key, learning_rate=None)``: with a
     ``learning_rate`` (a traced scalar) the schedule peaks there instead of at
@@ -140,7 +142,8 @@ def step_functions(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
     def eval_step(params, batch, base_key):
         traces["evaluate"] += 1
         key = jax.random.fold_in(base_key, EVAL_KEY_TAG)
-        logits = forward(nnx.merge(graphdef, params, rest), batch, key, training=False)
+        model = set_query_block(nnx.merge(graphdef, params, rest), query_block)
+        logits = forward(model, batch, key, training=False)
         return eval_sums(logits, batch, predict_eos)
 
     return train_step, eval_step
@@ -169,12 +172,12 @@ def chained(train: Any, out_shardings: Any) -> Any:
     return jax.jit(train_many, donate_argnums=(0, 1), out_shardings=out_shardings)
 
 
-def make_steps(model: TokenModel, train_cfg: Mapping[str, Any], seed: int,
-               mesh: Mesh) -> tuple[Steps, nnx.State]:
-    """Jitted steps for ``model`` on ``mesh`` and its initial parameters."""
+def make_steps(model: TokenModel, train_cfg: Mapping[str, Any], seed: int, mesh: Mesh,
+               query_block: int = 0) -> tuple[Steps, nnx.State]:
+    """Jitted steps for ``model`` on ``mesh`` and its initial parameters (``step_functions``)."""
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     traces = {"train": 0, "evaluate": 0}
-    train_step, eval_step = step_functions(graphdef, rest, train_cfg, traces)
+    train_step, eval_step = step_functions(graphdef, rest, train_cfg, traces, query_block)
     base_key = jax.random.key(seed)
     same = replicated(mesh)
     evaluate_with_key = jax.jit(eval_step, out_shardings=same)
@@ -198,7 +201,7 @@ def member_keys(seeds: Sequence[int]) -> jax.Array:
 
 def make_ensemble_steps(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
                         seeds: Sequence[int], learning_rates: Sequence[float] | None,
-                        mesh: Mesh) -> Steps:
+                        mesh: Mesh, query_block: int = 0) -> Steps:
     """Steps whose ``train`` updates M members at once: ``jax.vmap`` of the single step.
 
     Parameters, optimizer state and batches carry a leading member axis (sharded over the
@@ -206,7 +209,7 @@ def make_ensemble_steps(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
     ``learning_rates``, peaks at ``learning_rates[k]``. Metrics come back as ``[M]`` arrays.
     """
     traces = {"train": 0, "evaluate": 0}
-    train_step, eval_step = step_functions(graphdef, rest, train_cfg, traces)
+    train_step, eval_step = step_functions(graphdef, rest, train_cfg, traces, query_block)
     keys = member_keys(seeds)
     rates = None if learning_rates is None else jnp.asarray(learning_rates, jnp.float32)
     stacked_step = jax.vmap(train_step, in_axes=(0, 0, 0, None, 0, None if rates is None else 0))
@@ -251,7 +254,8 @@ def summarize(sums: Mapping[str, float]) -> dict[str, float]:
 def initial_train_state(config: ml_collections.ConfigDict, vocab_size: int, mesh: Mesh,
                         ) -> tuple[Steps, nnx.State, optax.OptState]:
     """Jitted steps plus fresh parameters and optimizer state, replicated over ``mesh``."""
-    steps, params = make_steps(build_model(config, vocab_size), config.train, config.seed, mesh)
+    steps, params = make_steps(build_model(config, vocab_size), config.train, config.seed, mesh,
+                               config.eval.query_block)
     params = jax.device_put(params, replicated(mesh))
     opt_state = jax.device_put(make_optimizer(config.train).init(params), replicated(mesh))
     return steps, params, opt_state
