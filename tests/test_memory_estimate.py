@@ -1,6 +1,9 @@
-"""The eval memory estimate (evaluation/memory.py): program-order liveness, golden values."""
+"""The eval memory estimate (evaluation/memory.py): program-order liveness, golden values; the
+host memory a CPU budget is a fraction of, cgroup limits included."""
 
 from __future__ import annotations
+
+import os
 
 import jax
 import jax.numpy as jnp
@@ -47,3 +50,49 @@ def test_rows_are_halved_until_the_estimate_fits(rows, expected):
     """64 rows of 2**14 bytes each (1 MiB): a budget of ``rows`` bytes plus 0 fixed ones."""
     budget = rows or 2**30
     assert memory.rows_within_budget(64, 4, lambda n: n * 2**14 * 8, budget) == expected
+
+
+GIB = 2**30
+RAM = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def host_with(tmp_path, cgroup: str, limits: dict[str, str]):
+    """A fake root: ``/proc/self/cgroup`` reading ``cgroup``, and files under ``/sys/fs/cgroup``."""
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / "proc/self/cgroup").write_text(cgroup)
+    for relative, text in limits.items():
+        path = tmp_path / "sys/fs/cgroup" / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize(("cgroup", "limits", "expected"), [
+    # cgroup v2: the job's own limit; a parent's "max" is no limit
+    ("0::/system.slice/job_42\n", {"system.slice/job_42/memory.max": str(GIB),
+                                    "system.slice/memory.max": "max"}, GIB),
+    # v2: the job unlimited, a parent (a SLURM user slice) limited
+    ("0::/slurm/uid_1/job_7\n", {"slurm/uid_1/job_7/memory.max": "max",
+                                  "slurm/uid_1/memory.max": str(2 * GIB)}, 2 * GIB),
+    # v1 beside other controllers; its "unlimited" (a number above any RAM) at the root
+    ("4:memory:/slurm/job_7\n3:cpuset:/\n", {
+        "memory/slurm/job_7/memory.limit_in_bytes": str(3 * GIB),
+        "memory/memory.limit_in_bytes": "9223372036854771712"}, 3 * GIB),
+    # v1 in a container: the path of /proc/self/cgroup is not mounted, the mount's root is
+    ("4:memory:/process_api/abc\n", {"memory/memory.limit_in_bytes": str(5 * GIB)}, 5 * GIB),
+    ("0::/\n", {"memory.max": "max"}, RAM),  # no limit anywhere
+    ("", {}, RAM),
+])
+def test_a_cgroup_limit_below_the_ram_is_the_host_memory(tmp_path, cgroup, limits, expected):
+    root = host_with(tmp_path, cgroup, limits)
+    assert memory.host_memory_bytes(root) == min(expected, RAM)
+
+
+def test_without_proc_the_host_memory_is_the_ram(tmp_path):
+    assert memory.host_memory_bytes(tmp_path) == RAM
+
+
+def test_a_cpu_budget_is_a_fraction_of_the_host_memory():
+    cpu = jax.devices("cpu")[0]
+    assert memory.budget_bytes(0, cpu) == int(memory.DEFAULT_FRACTION * memory.host_memory_bytes())
+    assert memory.budget_bytes(1.5, cpu) == int(1.5 * GIB)

@@ -59,7 +59,8 @@ BLOCK_DEFAULTS: dict[str, dict[str, Any]] = {
         "batch_size": 64,  # at most: fewer where a length has fewer examples
         "checkpoint": "best",  # 'best' | 'latest' | a step number as a string
         # Estimated memory one eval batch may take (GiB); batches that would exceed it are
-        # split into smaller ones of one shape. 0 -> half of the device's memory.
+        # split into smaller ones of one shape. 0 -> half of the device's memory (a CPU's: the
+        # RAM, or the process's memory cgroup limit, such as a SLURM job's --mem, if less).
         "memory_budget_gb": 0.0,
         # Queries each attention takes at a time on xla (0: all): logits, bias and weights
         # [B, H, query_block, S] instead of [B, H, T, S]; the numbers do not change.
