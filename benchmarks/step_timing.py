@@ -19,7 +19,7 @@ from pe_research import data
 from pe_research.errors import UsageError
 from pe_research.mesh import data_mesh
 from pe_research.tasks import get_task
-from pe_research.training.steps import initial_train_state
+from pe_research.training.steps import Keyed, initial_train_state
 
 # Dense bf16 peak FLOP/s of known accelerators (for MFU); CPUs report FLOP/s only.
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
@@ -185,7 +185,8 @@ def compile_train_step(config, batch_count: int = 4, per_call: int = 1) -> Compi
     compiled_steps, lowered, params, opt_state, batches, lowering_s = lower_train_step(
         config, batch_count, per_call)
     start = time.perf_counter()
-    compiled = lowered.compile()
+    # the run's keys are arguments of the program (``Keyed``): the compiled one takes them too
+    compiled = Keyed(lowered.compile(), program(compiled_steps, per_call).trailing)
     return CompiledStep(compiled_steps, compiled, params, opt_state, batches,
                         time.perf_counter() - start + lowering_s, per_call,
                         program_flops(lowered))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 
+from pe_research import compile_cache
 from pe_research.errors import ConfigError
 from pe_research.evaluation.metrics import HEADLINE, METRICS
 from pe_research.evaluation.range_eval import EvalResult
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(result))
     print(f"step {loaded.step} on {loaded.mesh.size} device(s): {len(result.rows)} lengths in "
           f"{result.seconds:.1f}s, {result.compilations} compilation(s) "
-          f"(one per padded batch shape)")
+          f"(one per padded batch shape{compile_cache.loaded_note()})")
     for kind, path in paths.items():
         print(f"{kind}: {path}")
     return 0

@@ -43,7 +43,7 @@ from pe_research.runs.restore import LoadedRun
 from pe_research.runs.run_dir import RunDir
 from pe_research.special_tokens import EOS_ID
 from pe_research.tasks.registry import task_class
-from pe_research.training.steps import batch_positions, eval_position_key, scored_mask
+from pe_research.training.steps import Keyed, batch_positions, eval_position_key, scored_mask
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,18 +174,19 @@ class RangeEvaluator:
         position_key = eval_position_key(config.seed)
         oracle_length, decode = decodes_at_oracle_length(config), task_decodes(config)
 
-        def statistics(params, batch, first_row=0):
+        def statistics(params, batch, first_row, key):
             model = set_query_block(nnx.merge(graphdef, params, rest), config.eval.query_block)
-            return example_statistics(model, batch, position_key, oracle_length, first_row,
-                                      decode)
+            return example_statistics(model, batch, key, oracle_length, first_row, decode)
 
-        def traced_statistics(params, batch, first_row):
+        def traced_statistics(params, batch, first_row, key):  # the key an argument: Keyed
             shape = (*batch["source"].shape, batch["target_input"].shape[1])
             self.compiled_shapes.append(shape)  # runs at trace time: once per compiled shape
-            return statistics(params, batch, first_row)
+            return statistics(params, batch, first_row, key)
 
-        self.unjitted_statistics = statistics
-        self.statistics = jax.jit(traced_statistics, out_shardings=replicated(mesh))
+        self.unjitted_statistics = lambda params, batch, first_row=0: statistics(
+            params, batch, first_row, position_key)
+        self.statistics = Keyed(jax.jit(traced_statistics, out_shardings=replicated(mesh)),
+                                (position_key,))
 
     def rows_for(self, params: Any, batch: Mapping[str, np.ndarray], batch_size: int,
                  members: int = 1) -> int:

@@ -24,11 +24,14 @@ def _one_line(error: BaseException) -> str:
 
 
 def run_point(sweep_dir: str | Path, index: int) -> dict[str, Any]:
-    """Train grid point ``index`` of the sweep; returns (and records) each run's outcome."""
+    """Train grid point ``index`` of the sweep (compilation cache on); returns (and records)
+    each run's outcome."""
+    from pe_research import compile_cache
     from pe_research.config import from_mapping
     from pe_research.training.ensemble import train_ensemble
     from pe_research.training.loop import train
 
+    compile_cache.enable()
     paths = SweepDir(sweep_dir)
     plan = paths.read_point(index)
     todo = [run for run in plan["runs"]

@@ -149,6 +149,25 @@ def step_functions(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
     return train_step, eval_step
 
 
+@dataclasses.dataclass(frozen=True)
+class Keyed:
+    """A jitted function called with trailing arguments of its own (a run's random keys, its
+    learning rates): arguments, not constants of the program, so that runs differing only in
+    their seed build one program (one entry of the compilation cache, ``compile_cache``)."""
+
+    jitted: Any
+    trailing: tuple
+
+    def __call__(self, *args: Any) -> Any:
+        return self.jitted(*args, *self.trailing)
+
+    def lower(self, *args: Any) -> Any:
+        return self.jitted.lower(*args, *self.trailing)
+
+    def __getattr__(self, name: str) -> Any:  # the rest (as_text, memory_analysis) as is
+        return getattr(self.jitted, name)
+
+
 def chained(train: Any, out_shardings: Any) -> Any:
     """``train`` applied to K batches in turn, as one jitted program.
 
@@ -157,12 +176,12 @@ def chained(train: Any, out_shardings: Any) -> Any:
     dispatches once instead of K times. The K steps are those of K ``train`` calls, bit for bit.
     """
 
-    def train_many(params, opt_state, batches, first_step):
+    def train_many(params, opt_state, batches, first_step, *trailing):
         stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *batches)
 
         def one_step(carry, batch):
             params, opt_state, step = carry
-            params, opt_state, metrics = train(params, opt_state, batch, step)
+            params, opt_state, metrics = train(params, opt_state, batch, step, *trailing)
             return (params, opt_state, step + 1), metrics
 
         (params, opt_state, _), metrics = jax.lax.scan(
@@ -181,15 +200,11 @@ def make_steps(model: TokenModel, train_cfg: Mapping[str, Any], seed: int, mesh:
     base_key = jax.random.key(seed)
     same = replicated(mesh)
     evaluate_with_key = jax.jit(eval_step, out_shardings=same)
-
-    def train(params, opt_state, batch, step):
-        return train_step(params, opt_state, batch, step, base_key)
-
+    train = jax.jit(train_step, donate_argnums=(0, 1), out_shardings=(same, same, same))
     steps = Steps(
-        train=jax.jit(train, donate_argnums=(0, 1), out_shardings=(same, same, same)),
-        evaluate=lambda params, batch: evaluate_with_key(params, batch, base_key),
+        train=Keyed(train, (base_key,)), evaluate=Keyed(evaluate_with_key, (base_key,)),
         graphdef=graphdef, rest=rest, traces=traces, evaluate_with_key=evaluate_with_key,
-        train_many=chained(train, (same, same, same)))
+        train_many=Keyed(chained(train_step, (same, same, same)), (base_key,)))
     return steps, params
 
 
@@ -215,15 +230,11 @@ def make_ensemble_steps(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
     stacked_step = jax.vmap(train_step, in_axes=(0, 0, 0, None, 0, None if rates is None else 0))
     stacked, same = member_sharded(mesh), replicated(mesh)
     evaluate_with_key = jax.jit(eval_step)
-
-    def train(params, opt_state, batch, step):
-        return stacked_step(params, opt_state, batch, step, keys, rates)
-
+    train = jax.jit(stacked_step, donate_argnums=(0, 1), out_shardings=(stacked, stacked, same))
     return Steps(
-        train=jax.jit(train, donate_argnums=(0, 1), out_shardings=(stacked, stacked, same)),
-        evaluate=None, graphdef=graphdef, rest=rest, traces=traces,
-        evaluate_with_key=evaluate_with_key,
-        train_many=chained(train, (stacked, stacked, same)))
+        train=Keyed(train, (keys, rates)), evaluate=None, graphdef=graphdef, rest=rest,
+        traces=traces, evaluate_with_key=evaluate_with_key,
+        train_many=Keyed(chained(stacked_step, (stacked, stacked, same)), (keys, rates)))
 
 
 def scored_mask(batch: Batch, predict_eos: bool = True) -> jax.Array:
