@@ -96,3 +96,19 @@ def test_a_cpu_budget_is_a_fraction_of_the_host_memory():
     cpu = jax.devices("cpu")[0]
     assert memory.budget_bytes(0, cpu) == int(memory.DEFAULT_FRACTION * memory.host_memory_bytes())
     assert memory.budget_bytes(1.5, cpu) == int(1.5 * GIB)
+
+
+@pytest.mark.parametrize("sharing", ["", "1", "4"])
+def test_the_workers_of_a_local_sweep_split_the_host_memory(tmp_path, monkeypatch, sharing):
+    monkeypatch.setenv(memory.SHARING_ENV, sharing)
+    root = host_with(tmp_path, "4:memory:/job\n",
+                     {"memory/job/memory.limit_in_bytes": str(8 * GIB)})
+    assert memory.host_memory_bytes(root) == min(8 * GIB, RAM) // int(sharing or 1)
+
+
+def test_a_local_sweep_tells_its_workers_how_many_share_the_host():
+    from pe_research.sweeps.executors import WORKER_ENV, worker_env
+
+    env = worker_env(3)
+    assert env[memory.SHARING_ENV] == "3"
+    assert all(env[key] == value for key, value in WORKER_ENV.items())

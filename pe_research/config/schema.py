@@ -60,7 +60,8 @@ BLOCK_DEFAULTS: dict[str, dict[str, Any]] = {
         "checkpoint": "best",  # 'best' | 'latest' | a step number as a string
         # Estimated memory one eval batch may take (GiB); batches that would exceed it are
         # split into smaller ones of one shape. 0 -> half of the device's memory (a CPU's: the
-        # RAM, or the process's memory cgroup limit, such as a SLURM job's --mem, if less).
+        # RAM, or the process's memory cgroup limit, such as a SLURM job's --mem, if less;
+        # divided among a local sweep's --jobs).
         "memory_budget_gb": 0.0,
         # Queries each attention takes at a time on xla (0: all): logits, bias and weights
         # [B, H, query_block, S] instead of [B, H, T, S]; the numbers do not change.

@@ -19,6 +19,7 @@ import jax
 from jax.extend.core import Jaxpr, JaxprEqn, Literal
 
 MARGIN = 1.3  # XLA's buffers over the program-order peak: up to 1.27x measured
+SHARING_ENV = "PE_RESEARCH_PROCESSES_SHARING_HOST"  # set by a local sweep for its workers
 DEFAULT_FRACTION = 0.5  # of the device's memory, when eval.memory_budget_gb is 0
 
 
@@ -31,9 +32,15 @@ def device_memory_bytes(device: jax.Device) -> int:
 
 
 def host_memory_bytes(root: Path = Path("/")) -> int:
-    """The host's RAM, or less where this process's memory cgroup (a container, a SLURM job's
-    ``--mem``) or one above it allows less: a batch sized to the RAM of a shared node would
-    get the job killed instead of split."""
+    """This process's share of the host's memory: the RAM, or less where its memory cgroup (a
+    container, a SLURM job's ``--mem``) or one above it allows less (a batch sized to the RAM
+    of a shared node would get the job killed instead of split), divided among the processes
+    of a local sweep that run beside it (``SHARING_ENV``)."""
+    return _host_limit_bytes(root) // max(1, int(os.environ.get(SHARING_ENV) or 1))
+
+
+def _host_limit_bytes(root: Path) -> int:
+    """The RAM or the least memory cgroup limit above this process, whichever is less."""
     limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     for directory in _memory_cgroups(root):
         for name in ("memory.max", "memory.limit_in_bytes"):  # cgroup v2, v1

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pe_research.errors import ConfigError
+from pe_research.evaluation.memory import SHARING_ENV
 from pe_research.sweeps.state import SweepDir, record_jobs
 from pe_research.sweeps.worker import run_point
 
@@ -27,6 +28,12 @@ EXECUTORS = ("local", "slurm", "submitit-local")
 POLL_S = 1.0
 # Worker output goes to a log file: keep progress bars to a line every few seconds.
 WORKER_ENV = {"TQDM_MININTERVAL": "5", "WANDB_SILENT": "true"}
+
+
+def worker_env(jobs: int) -> dict[str, str]:
+    """A local worker's environment: ``WORKER_ENV``, and the number of workers that share this
+    host's memory, so that each one's default eval memory budget is its share of it."""
+    return {**os.environ, **WORKER_ENV, SHARING_ENV: str(jobs)}
 
 
 def check_executor(executor: str) -> None:
@@ -41,7 +48,7 @@ def check_executor(executor: str) -> None:
 def run_local(sweep_dir: SweepDir, indices: Sequence[int], names: Mapping[int, str], jobs: int,
               tick: Callable[[], None]) -> None:
     """Run grid points in worker processes, ``jobs`` at a time; ``tick`` after every poll."""
-    env = {**os.environ, **WORKER_ENV}
+    env = worker_env(jobs)
     queue, running = list(indices), {}
     # SIGTERM (kill, timeout, a batch system) would end this process without the cleanup below
     # and leave its workers training, unseen, into directories a rerun then shares.
