@@ -149,7 +149,7 @@ def step_functions(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
     return train_step, eval_step
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # holds arrays: compared by identity
 class Keyed:
     """A jitted function called with trailing arguments of its own (a run's random keys, its
     learning rates): arguments, not constants of the program, so that runs differing only in
