@@ -165,6 +165,8 @@ class Keyed:
         return self.jitted.lower(*args, *self.trailing)
 
     def __getattr__(self, name: str) -> Any:  # the rest (as_text, memory_analysis) as is
+        if name.startswith("__") or name in ("jitted", "trailing"):  # copy, pickle: no loop
+            raise AttributeError(name)
         return getattr(self.jitted, name)
 
 
