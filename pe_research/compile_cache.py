@@ -75,8 +75,7 @@ def enable() -> Path | None:
     """Switch the cache on for this process (before its first compile); the directory used,
     or None when it is switched off."""
     _HITS.listen()
-    chosen = os.environ.get("JAX_COMPILATION_CACHE_DIR") or \
-        jax.config.values.get("jax_compilation_cache_dir")
+    chosen = jax.config.values.get("jax_compilation_cache_dir")  # JAX reads its variable
     if chosen:
         return Path(chosen)
     setting = os.environ.get(SWITCH_ENV, "").strip()
