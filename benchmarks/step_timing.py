@@ -15,7 +15,7 @@ from typing import Any
 
 import jax
 
-from pe_research import data
+from pe_research import cpu_heap, data
 from pe_research.errors import UsageError
 from pe_research.mesh import data_mesh
 from pe_research.tasks import get_task
@@ -26,7 +26,9 @@ PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
 
 
 def run(main: Callable[[], None]) -> None:
-    """Run a benchmark's ``main``; a bad config or argument ends it with one line and exit 2."""
+    """Run a benchmark's ``main`` with the trainer's CPU settings (``cpu_heap``); a bad config or
+    argument ends it with one line and exit 2."""
+    cpu_heap.before_backends()
     try:
         main()
     except UsageError as error:  # ConfigError is one: it names the key and what would work

@@ -10,6 +10,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from pe_research import cpu_heap
 from pe_research.errors import ConfigError, check_divisible
 
 DATA_AXIS = "data"
@@ -58,8 +59,10 @@ def _env_int(name: str) -> int | None:
 
 
 def data_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
-    """A 1-D mesh with axis ``data`` over ``devices`` (default: every device of every process)."""
+    """A 1-D mesh with axis ``data`` over ``devices`` (default: every device of every process);
+    on CPUs, freed memory is kept for the next call from then on (``cpu_heap``)."""
     devices = jax.devices() if devices is None else list(devices)
+    cpu_heap.keep_freed_memory(devices)
     return Mesh(np.asarray(devices), (DATA_AXIS,))
 
 
@@ -67,6 +70,7 @@ def ensemble_mesh(num_members: int, devices: Sequence[jax.Device] | None = None)
     """A 2-D mesh ``(members, data)``: members split over as many devices as divide them evenly,
     the batch over the rest (8 devices and 16 members: 8 x 1; 8 devices and 4 members: 4 x 2)."""
     devices = jax.local_devices() if devices is None else list(devices)
+    cpu_heap.keep_freed_memory(devices)
     groups = math.gcd(int(num_members), len(devices))
     return Mesh(np.asarray(devices).reshape(groups, len(devices) // groups),
                 (MEMBERS_AXIS, DATA_AXIS))

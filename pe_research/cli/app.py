@@ -19,7 +19,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from pe_research import compile_cache
+from pe_research import compile_cache, cpu_heap
 from pe_research.config.overrides import collect_overrides
 from pe_research.errors import ConfigError, UsageError
 
@@ -99,6 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args([arg for arg in rest if arg != "--debug"])
     args.config_overrides = overrides
     compile_cache.enable()
+    cpu_heap.before_backends()
     if debug_wanted(argv):
         return int(args.run(args) or 0)
     prefix = f"pe-research {args.command}"

@@ -10,15 +10,16 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from pe_research import compile_cache
+from pe_research import compile_cache, cpu_heap
 from pe_research.atomic_files import atomic_savefig, atomic_write_text
 from pe_research.errors import UsageError
 
 
 def run_script(main: Callable[[], Any]) -> None:
-    """Run a script's ``main`` with the compilation cache on; bad input (UsageError,
-    ConfigError) ends in one line, exit 2."""
+    """Run a script's ``main`` with the compilation cache on and CPU programs on the calling
+    thread (``cpu_heap``); bad input (UsageError, ConfigError) ends in one line, exit 2."""
     compile_cache.enable()
+    cpu_heap.before_backends()
     try:
         main()
     except UsageError as error:

@@ -24,14 +24,15 @@ def _one_line(error: BaseException) -> str:
 
 
 def run_point(sweep_dir: str | Path, index: int) -> dict[str, Any]:
-    """Train grid point ``index`` of the sweep (compilation cache on); returns (and records)
-    each run's outcome."""
-    from pe_research import compile_cache
+    """Train grid point ``index`` of the sweep (compilation cache on, ``cpu_heap`` set); returns
+    (and records) each run's outcome."""
+    from pe_research import compile_cache, cpu_heap
     from pe_research.config import from_mapping
     from pe_research.training.ensemble import train_ensemble
     from pe_research.training.loop import train
 
     compile_cache.enable()
+    cpu_heap.before_backends()
     paths = SweepDir(sweep_dir)
     plan = paths.read_point(index)
     todo = [run for run in plan["runs"]

@@ -1,0 +1,76 @@
+"""CPU programs' temporaries kept in the heap (cpu_heap.py, ``PE_RESEARCH_CPU_HEAP=1``): the
+settings, what leaves them off, and their effect: a program with 51 MB of temporaries faults its
+pages in once, not at every call."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+
+import pytest
+from conftest import REPO, subprocess_env
+
+from pe_research import cpu_heap
+
+# 51,380,224 bytes of temporaries (the [3072, 4096] product feeding the second one), more than
+# glibc's largest dynamic mmap threshold (32 MiB), so without the settings each call maps them.
+PROBE = """
+import resource, jax, jax.numpy as jnp
+from pe_research import cpu_heap
+cpu_heap.before_backends()
+from pe_research.mesh import data_mesh
+data_mesh()
+a, b = jnp.ones((3072, 256)), jnp.ones((256, 4096))
+program = jax.jit(lambda a, b: jnp.tanh(a @ b) @ b[:64].T)
+for _ in range(2):
+    program(a, b).block_until_ready()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(5):
+    program(a, b).block_until_ready()
+print(jax.config.values["jax_cpu_enable_async_dispatch"])
+print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5)
+print(program.lower(a, b).compile().memory_analysis().temp_size_in_bytes)
+"""
+
+
+def probe(**env: str) -> tuple[bool, float, int]:
+    """(async dispatch on, minor page faults per call, temporary bytes) in a fresh process."""
+    base = subprocess_env()
+    for name in (cpu_heap.SWITCH_ENV, "JAX_CPU_ENABLE_ASYNC_DISPATCH"):
+        base.pop(name, None)
+    result = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
+                            env={**base, **env}, cwd=REPO, timeout=120, check=True)
+    dispatch, faults, temporaries = result.stdout.split()
+    return dispatch == "True", float(faults), int(temporaries)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="glibc's malloc")
+def test_a_programs_temporaries_are_faulted_in_once_not_at_every_call():
+    asynchronous, faults, temporaries = probe(**{cpu_heap.SWITCH_ENV: "1"})
+    pages = temporaries / 4096
+    assert temporaries > 32 * 2**20
+    assert not asynchronous
+    assert faults < pages / 20  # 45 of 12,544 pages measured
+    asynchronous, faults, _ = probe()  # the default: as JAX and glibc have it
+    assert asynchronous
+    assert faults > pages / 2  # every page, every call (12,968 measured)
+
+
+@pytest.mark.parametrize("env", [{cpu_heap.SWITCH_ENV: "0"}, {cpu_heap.SWITCH_ENV: "off"},
+                                 {cpu_heap.SWITCH_ENV: "1", "JAX_CPU_ENABLE_ASYNC_DISPATCH": "1"}])
+def test_off_and_jaxs_own_variable_keep_asynchronous_dispatch(env):
+    asynchronous, _, _ = probe(**env)
+    assert asynchronous
+
+
+def test_only_cpus_asked_for_change_glibc(monkeypatch):
+    heap = cpu_heap._Heap()
+    monkeypatch.setattr(cpu_heap, "_HEAP", heap)
+    cpu = types.SimpleNamespace(platform="cpu")
+    monkeypatch.delenv(cpu_heap.SWITCH_ENV, raising=False)
+    assert not cpu_heap.keep_freed_memory([cpu])  # not asked for
+    monkeypatch.setenv(cpu_heap.SWITCH_ENV, "1")
+    assert not cpu_heap.keep_freed_memory([types.SimpleNamespace(platform="gpu")])
+    assert not cpu_heap.keep_freed_memory([])
+    assert not heap.kept
