@@ -26,8 +26,8 @@ PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
 
 
 def run(main: Callable[[], None]) -> None:
-    """Run a benchmark's ``main`` with the trainer's CPU settings (``cpu_heap``); a bad config or
-    argument ends it with one line and exit 2."""
+    """Run a benchmark's ``main`` (with ``PE_RESEARCH_CPU_HEAP=1``, the trainer's CPU settings:
+    ``cpu_heap``); a bad config or argument ends it with one line and exit 2."""
     cpu_heap.before_backends()
     try:
         main()

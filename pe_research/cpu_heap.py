@@ -30,12 +30,13 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import sys
 from collections.abc import Sequence
 
 import jax
 
 SWITCH_ENV = "PE_RESEARCH_CPU_HEAP"
-ON = ("1", "on", "true", "yes")
+ON, OFF = ("1", "on", "true", "yes"), ("", "0", "off", "false", "no")
 M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's malloc.h
 NEVER_TRIM = -1  # mallopt takes an int; glibc reads it as a size_t, so -1 is the largest size
 
@@ -46,7 +47,12 @@ def switched_on() -> bool:
 
 
 def before_backends() -> None:
-    """CPU programs run on the calling thread; call before JAX's first computation."""
+    """CPU programs run on the calling thread when asked for; call before JAX's first
+    computation. A value of the switch that means neither on nor off is said in one line."""
+    setting = os.environ.get(SWITCH_ENV, "").strip()
+    if setting.lower() not in ON + OFF:
+        print(f"{SWITCH_ENV}={setting} means neither on nor off; left off (set it to 1 or 0)",
+              file=sys.stderr)
     if switched_on() and "JAX_CPU_ENABLE_ASYNC_DISPATCH" not in os.environ:
         jax.config.update("jax_cpu_enable_async_dispatch", False)
 

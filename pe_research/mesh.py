@@ -60,7 +60,7 @@ def _env_int(name: str) -> int | None:
 
 def data_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
     """A 1-D mesh with axis ``data`` over ``devices`` (default: every device of every process);
-    on CPUs, freed memory is kept for the next call from then on (``cpu_heap``)."""
+    on CPUs with ``PE_RESEARCH_CPU_HEAP=1``, freed memory is kept from then on (``cpu_heap``)."""
     devices = jax.devices() if devices is None else list(devices)
     cpu_heap.keep_freed_memory(devices)
     return Mesh(np.asarray(devices), (DATA_AXIS,))

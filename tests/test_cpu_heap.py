@@ -74,3 +74,12 @@ def test_only_cpus_asked_for_change_glibc(monkeypatch):
     assert not cpu_heap.keep_freed_memory([types.SimpleNamespace(platform="gpu")])
     assert not cpu_heap.keep_freed_memory([])
     assert not heap.kept
+
+
+def test_a_value_neither_on_nor_off_is_one_line_and_leaves_it_off(monkeypatch, capsys):
+    monkeypatch.setenv(cpu_heap.SWITCH_ENV, "maybe")
+    monkeypatch.delenv("JAX_CPU_ENABLE_ASYNC_DISPATCH", raising=False)
+    cpu_heap.before_backends()
+    assert capsys.readouterr().err == (f"{cpu_heap.SWITCH_ENV}=maybe means neither on nor off; "
+                                       "left off (set it to 1 or 0)\n")
+    assert not cpu_heap.switched_on()

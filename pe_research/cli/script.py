@@ -16,8 +16,8 @@ from pe_research.errors import UsageError
 
 
 def run_script(main: Callable[[], Any]) -> None:
-    """Run a script's ``main`` with the compilation cache on and CPU programs on the calling
-    thread (``cpu_heap``); bad input (UsageError, ConfigError) ends in one line, exit 2."""
+    """Run a script's ``main`` with the compilation cache on (and ``cpu_heap``'s settings when
+    asked for); bad input (UsageError, ConfigError) ends in one line, exit 2."""
     compile_cache.enable()
     cpu_heap.before_backends()
     try:

@@ -24,8 +24,8 @@ def _one_line(error: BaseException) -> str:
 
 
 def run_point(sweep_dir: str | Path, index: int) -> dict[str, Any]:
-    """Train grid point ``index`` of the sweep (compilation cache on, ``cpu_heap`` set); returns
-    (and records) each run's outcome."""
+    """Train grid point ``index`` of the sweep (compilation cache on, ``cpu_heap`` if asked);
+    returns (and records) each run's outcome."""
     from pe_research import compile_cache, cpu_heap
     from pe_research.config import from_mapping
     from pe_research.training.ensemble import train_ensemble
