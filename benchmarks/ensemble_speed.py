@@ -23,17 +23,23 @@ import sys
 from pathlib import Path
 
 import jax
-from step_timing import groups, memory_gb, peak_flops, program, program_flops, run, timed
+from step_timing import (
+    ensemble_train_state,
+    groups,
+    memory_gb,
+    peak_flops,
+    program,
+    program_flops,
+    run,
+    timed,
+)
 
 from pe_research import data
 from pe_research.config import collect_overrides, load_config
 from pe_research.errors import UsageError
-from pe_research.mesh import data_mesh, ensemble_mesh, member_batch_sharded, member_sharded
-from pe_research.model import build_model
+from pe_research.mesh import data_mesh
 from pe_research.tasks import get_task
-from pe_research.training.ensemble import stack
-from pe_research.training.optimizer import make_optimizer
-from pe_research.training.steps import initial_train_state, make_ensemble_steps, make_steps
+from pe_research.training.steps import initial_train_state
 from pe_research.training.steps_per_call import check_one_shape, steps_per_call
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,24 +86,8 @@ def main() -> None:
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     peak = peak_flops(device)
     for members in member_counts:
-        seeds = list(range(members))
-        mesh = ensemble_mesh(members)
-        configs = []
-        for seed in seeds:
-            member = load_config(args.config, overrides)
-            member.seed = seed
-            configs.append(member)
-        member_params = [make_steps(build_model(c, vocab), c.train, c.seed, mesh)[1]
-                         for c in configs]
-        stacked_params = stack(member_params)
-        stacked_opt = stack([make_optimizer(config.train).init(p) for p in member_params])
-        stacked_params = jax.device_put(stacked_params, member_sharded(mesh))
-        stacked_opt = jax.device_put(stacked_opt, member_sharded(mesh))
-        steps = make_ensemble_steps(single.graphdef, single.rest, config.train, seeds, None,
-                                    mesh)
-        member_batches = [jax.device_put(data.stack_batches(
-            [data.train_batch(task, c.data, c.seed, i) for c in configs]),
-            member_batch_sharded(mesh)) for i in range(max(8, 2 * per_call))]
+        steps, stacked_params, stacked_opt, member_batches = ensemble_train_state(
+            config, members, max(8, 2 * per_call))
         compile_s, step_s = timed(program(steps, per_call), stacked_params, stacked_opt,
                                   groups(member_batches, per_call), args.steps,
                                   per_call=per_call)

@@ -4,11 +4,13 @@ kernel, by pass (forward, backward, update), by part of the model and by XLA ins
     python benchmarks/step_profile.py --shape large --implementation cudnn --dtype bfloat16
     python benchmarks/step_profile.py --shape default --save-trace t.json.gz --save-hlo h.txt
     python benchmarks/step_profile.py --read t.json.gz h.txt --steps 5   # summarise again
+    python benchmarks/step_profile.py --shape default --members 32      # an ensemble's step
 
 The step is ``train_speed.py``'s (same shapes, same config overrides). After warm-up, ``--steps``
 steps run under ``jax.profiler.trace``; its Perfetto trace gives every device event (GPU
 kernels; on a CPU, XLA's thunks) with the XLA instruction it runs, and the compiled program's
-text gives each instruction's opcode, library call and source op name. Printed per step:
+text gives each instruction's opcode, library call and source op name. With ``--members M``
+the step is the ensemble's (M seeds in one program, ``ensemble_speed.py``'s). Printed per step:
 
 * wall time and the time the device was busy (the union of its events; the rest is idle,
   waiting for the host or for launches);
@@ -266,6 +268,8 @@ def main() -> None:
     parser.add_argument("--implementation", default="xla", help="xla or cudnn")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--steps", type=int, default=5, help="profiled steps")
+    parser.add_argument("--members", type=int, default=0,
+                        help="profile the ensemble step of this many seeds (0: a single run)")
     parser.add_argument("--top", type=int, default=20, help="instructions listed")
     parser.add_argument("--save-trace", type=Path, help="copy the Perfetto trace (.json.gz) here")
     parser.add_argument("--save-hlo", type=Path, help="write the compiled program's text here")
@@ -283,11 +287,14 @@ def main() -> None:
         raise UsageError(f"--shape {args.shape}: not a shape; choose from {tuple(SHAPES)}")
     if args.steps < 1:
         raise UsageError(f"--steps {args.steps}: give a positive number of steps")
+    if args.members < 0:
+        raise UsageError(f"--members {args.members}: give 0 (a single run) or a member count")
     config = shape_config(args.shape, args.implementation, args.dtype, overrides)
     device = jax.devices()[0]
     print(f"device: {device.device_kind} ({jax.default_backend()}), jax {jax.__version__}; "
-          f"shape {args.shape}, {args.implementation}, {args.dtype}")
-    step = compile_train_step(config)
+          f"shape {args.shape}, {args.implementation}, {args.dtype}"
+          + (f", {args.members} members in one program" if args.members else ""))
+    step = compile_train_step(config, members=args.members)
     hlo = step.compiled.as_text()
     with tempfile.TemporaryDirectory() as trace_dir:
         step_s, wall_s, path = profile(step, args.steps, Path(trace_dir))

@@ -3,6 +3,7 @@ and ending on bad input with one line."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import math
@@ -17,9 +18,12 @@ import jax
 
 from pe_research import cpu_heap, data
 from pe_research.errors import UsageError
-from pe_research.mesh import data_mesh
+from pe_research.mesh import data_mesh, ensemble_mesh, member_batch_sharded, member_sharded
+from pe_research.model import build_model
 from pe_research.tasks import get_task
-from pe_research.training.steps import Keyed, initial_train_state
+from pe_research.training.ensemble import stack
+from pe_research.training.optimizer import make_optimizer
+from pe_research.training.steps import Keyed, initial_train_state, make_ensemble_steps, make_steps
 
 # Dense bf16 peak FLOP/s of known accelerators (for MFU); CPUs report FLOP/s only.
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
@@ -165,27 +169,59 @@ class CompiledStep:
         return groups(self.batches, self.per_call)
 
 
-def lower_train_step(config, batch_count: int = 4, per_call: int = 1):
-    """``config``'s train step (``per_call`` steps per call) lowered for its first batches:
-    (steps, lowered program, params, opt_state, batches, seconds the lowering took)."""
+def ensemble_train_state(config, members: int, batch_count: int):
+    """``members`` copies of ``config`` with seeds 0..M-1 in one program, as ``pe-research
+    sweep`` trains them: (ensemble steps, ``[M, ...]`` params and optimizer state, member-stacked
+    batches, each member's own, sharded over the members' mesh)."""
     task = get_task(config.task.to_dict(), config.data.to_dict())
-    mesh = data_mesh()
-    compiled_steps, params, opt_state = initial_train_state(config, task.vocabulary.size, mesh)
+    vocab = task.vocabulary.size
+    mesh = ensemble_mesh(members)
+    configs = []
+    for seed in range(members):
+        member = copy.deepcopy(config)
+        member.seed = seed
+        configs.append(member)
+    steps = [make_steps(build_model(c, vocab), c.train, c.seed, mesh) for c in configs]
+    member_params = [params for _, params in steps]
+    params = jax.device_put(stack(member_params), member_sharded(mesh))
+    opt_state = jax.device_put(stack([make_optimizer(config.train).init(p)
+                                      for p in member_params]), member_sharded(mesh))
+    ensemble = make_ensemble_steps(steps[0][0].graphdef, steps[0][0].rest, config.train,
+                                   list(range(members)), None, mesh)
+    batches = [jax.device_put(data.stack_batches(
+        [data.train_batch(task, c.data, c.seed, i) for c in configs]),
+        member_batch_sharded(mesh)) for i in range(batch_count)]
+    return ensemble, params, opt_state, batches
+
+
+def lower_train_step(config, batch_count: int = 4, per_call: int = 1, members: int = 0):
+    """``config``'s train step (``per_call`` steps per call; with ``members``, the ensemble
+    step of that many seeds) lowered for its first batches: (steps, lowered program, params,
+    opt_state, batches, seconds the lowering took)."""
     batch_count = max(batch_count, 2 * per_call)
-    batches = [data.global_batch(data.train_batch(task, config.data, config.seed, i), mesh)
-               for i in range(batch_count)]
+    if members:
+        compiled_steps, params, opt_state, batches = ensemble_train_state(config, members,
+                                                                          batch_count)
+    else:
+        task = get_task(config.task.to_dict(), config.data.to_dict())
+        mesh = data_mesh()
+        compiled_steps, params, opt_state = initial_train_state(config, task.vocabulary.size,
+                                                                mesh)
+        batches = [data.global_batch(data.train_batch(task, config.data, config.seed, i), mesh)
+                   for i in range(batch_count)]
     start = time.perf_counter()
     lowered = program(compiled_steps, per_call).lower(
         params, opt_state, groups(batches, per_call)[0], 0)
     return compiled_steps, lowered, params, opt_state, batches, time.perf_counter() - start
 
 
-def compile_train_step(config, batch_count: int = 4, per_call: int = 1) -> CompiledStep:
+def compile_train_step(config, batch_count: int = 4, per_call: int = 1,
+                       members: int = 0) -> CompiledStep:
     """Build ``config``'s model and optimizer and compile its train step (timed); with
     ``per_call`` > 1, ``Steps.train_many`` over that many batches, as ``train.steps_per_call``
-    runs it."""
+    runs it; with ``members``, the ensemble step of that many seeds."""
     compiled_steps, lowered, params, opt_state, batches, lowering_s = lower_train_step(
-        config, batch_count, per_call)
+        config, batch_count, per_call, members)
     start = time.perf_counter()
     # the run's keys are arguments of the program (``Keyed``): the compiled one takes them too
     compiled = Keyed(lowered.compile(), program(compiled_steps, per_call).trailing)

@@ -221,10 +221,14 @@ def test_attention_kernels_prints_the_backends_maskings_and_products():
     assert float(out.split("over 16 x 16: ")[1].split(" us")[0]) > 0
 
 
-def test_step_profile_attributes_a_cpu_step_to_the_models_parts():
+def test_step_profile_attributes_a_cpu_ensemble_step_to_the_models_parts():
     out = run_script("benchmarks/step_profile.py", "--shape", "default", "--steps", "1",
-                     "--config.model.d_model=16", "--config.model.d_ff=32",
-                     "--config.data.batch_size=4")
+                     "--members", "2", "--top", "200", "--config.model.d_model=16",
+                     "--config.model.d_ff=32", "--config.data.batch_size=4")
+    assert "2 members in one program" in out
+    # the profiled program is the ensemble's: every model op sits under the members' vmap
+    model_ops = [line for line in out.splitlines() if "jvp(feed_forward)" in line]
+    assert model_ops and all("vmap(" in line for line in model_ops)
     tables: dict[str, dict[str, float]] = {}
     for line in out.splitlines():
         cells = [cell.strip() for cell in line.split("|")[1:-1]]
@@ -257,6 +261,7 @@ def test_step_profile_attributes_a_cpu_step_to_the_models_parts():
     (("bias_memory.py", "--length", "64", "--config.model.d_model=-1"),
      "error: model.d_model=-1 is invalid: "),
     (("step_profile.py", "--shape", "huge"), "error: --shape huge: not a shape; choose from "),
+    (("step_profile.py", "--members", "-1"), "error: --members -1: give 0 (a single run) or "),
     (("attention_kernels.py", "--length", "0"), "error: --batch, --heads, --length and "),
     (("step_profile.py", "--read", "no.json.gz", "no.txt"), "error: no.json.gz: no such file"),
     (("decode_speed.py", "--shapes", "128x"), "error: --shapes '128x': give SOURCExTARGET "),
