@@ -47,7 +47,7 @@ def measure(config, layout: str, steps: int) -> dict:
     steps_module.make_positions = per_row_positions if layout == "per row" else SHARED_POSITIONS
     try:
         step = compile_train_step(config, batch_count=2)
-        _, step_s = timed(step.compiled, step.params, step.opt_state, step.batches, steps)
+        _, step_s = timed(step.compiled, step.state, step.batches, steps)
     finally:
         steps_module.make_positions = SHARED_POSITIONS
     return {"memory": step_memory_gb(step.compiled), "peak": memory_gb(jax.devices()[0]),

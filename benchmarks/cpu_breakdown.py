@@ -138,7 +138,7 @@ def step_only(config, per_call: int) -> None:
     trainer builds it: the median of 3 blocks after warm-up (5 steps each at one per call, else
     the larger of ``per_call`` and 10)."""
     step = compile_train_step(config, per_call=per_call)
-    _, seconds = timed(step.compiled, step.params, step.opt_state, step.inputs,
+    _, seconds = timed(step.compiled, step.state, step.inputs,
                        steps=max(per_call, 5 if per_call == 1 else 10), per_call=per_call)
     print(seconds)
 

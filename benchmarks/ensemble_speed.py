@@ -27,8 +27,8 @@ from step_timing import (
     ensemble_train_state,
     groups,
     memory_gb,
+    on_leaves,
     peak_flops,
-    program,
     program_flops,
     run,
     timed,
@@ -76,7 +76,7 @@ def main() -> None:
     single, params, opt_state = initial_train_state(config, vocab, single_mesh)
     batches = [data.global_batch(data.train_batch(task, config.data, config.seed, i),
                                  single_mesh) for i in range(max(8, 2 * per_call))]
-    single_compile, single_step = timed(program(single, per_call), params, opt_state,
+    single_compile, single_step = timed(*on_leaves(single, per_call, params, opt_state),
                                         groups(batches, per_call), args.steps, per_call=per_call)
     batch = config.data.batch_size
     print(f"single run: {single_step * 1e3:.1f} ms/step, {batch / single_step:,.0f} examples/s,"
@@ -88,11 +88,11 @@ def main() -> None:
     for members in member_counts:
         steps, stacked_params, stacked_opt, member_batches = ensemble_train_state(
             config, members, max(8, 2 * per_call))
-        compile_s, step_s = timed(program(steps, per_call), stacked_params, stacked_opt,
-                                  groups(member_batches, per_call), args.steps,
-                                  per_call=per_call)
         flops = program_flops(steps.train.lower(stacked_params, stacked_opt, member_batches[0],
                                                 0)) or float("nan")
+        compile_s, step_s = timed(*on_leaves(steps, per_call, stacked_params, stacked_opt),
+                                  groups(member_batches, per_call), args.steps,
+                                  per_call=per_call)
         mfu = f"{100 * flops / step_s / peak:.1f}%" if peak else "-"
         memory = memory_gb(device)
         sequential = members * single_step

@@ -82,13 +82,14 @@ def attention_path(config) -> str:
 def measure(config, steps: int) -> dict:
     """Compile time, median step time, XLA temp memory, pair tensors of one train step."""
     step = compile_train_step(config)
-    compiled, params, opt_state, batches = step.compiled, step.params, step.opt_state, step.batches
+    compiled, batches = step.compiled, step.batches
+    params, opt_state = jax.tree.unflatten(step.treedef, step.state)
     temp = getattr(compiled.memory_analysis(), "temp_size_in_bytes", None)
     batch, length = batches[0]["target_input"].shape[0], sum(
         batches[0][key].shape[1] for key in ("source", "target_input"))
     jaxpr = jax.make_jaxpr(step.steps.train)(params, opt_state, batches[0], 0)
     limit = batch * config.model.num_heads * length * length
-    _, step_s = timed(compiled, params, opt_state, batches, steps)
+    _, step_s = timed(compiled, step.state, batches, steps)
     return {"compile": step.compile_s, "step": step_s, "temp_mb": temp / 2**20 if temp else None,
             "pairs": pair_tensors(jaxpr, length, limit), "peak_gb": memory_gb(jax.devices()[0])}
 

@@ -231,21 +231,20 @@ def report(summary: dict, wall_ms: float | None, flops: float | None, top: int) 
               f"{row['kernel'][:40]} | {short(row['op_name'])} |")
 
 
-def run_steps(step, state: tuple, count: int, first: int = 0) -> tuple[tuple, float]:
-    """``count`` train steps from ``state`` (params, opt_state); (new state, seconds per step)."""
-    params, opt_state = state
+def run_steps(step, state: list, count: int, first: int = 0) -> tuple[list, float]:
+    """``count`` train steps from ``state`` (the leaves of params and opt_state); (new state,
+    seconds per step)."""
     start = time.perf_counter()
     for i in range(first, first + count):
-        params, opt_state, metrics = step.compiled(params, opt_state,
-                                                   step.inputs[i % len(step.inputs)], i)
+        state, metrics = step.compiled(state, step.inputs[i % len(step.inputs)], i)
     jax.block_until_ready(metrics)
-    return (params, opt_state), (time.perf_counter() - start) / count
+    return state, (time.perf_counter() - start) / count
 
 
 def profile(step, steps: int, trace_dir: Path) -> tuple[float, float, Path]:
     """Warm up, time 10 steps, then run ``steps`` more under the profiler; (untraced and
     traced seconds per step, the Perfetto trace's path)."""
-    state, _ = run_steps(step, (step.params, step.opt_state), 3)
+    state, _ = run_steps(step, step.state, 3)
     state, untraced = run_steps(step, state, 10, 3)
     with jax.profiler.trace(str(trace_dir), create_perfetto_trace=True):
         _, traced = run_steps(step, state, steps, 13)

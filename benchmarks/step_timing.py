@@ -22,6 +22,7 @@ from pe_research.mesh import data_mesh, ensemble_mesh, member_batch_sharded, mem
 from pe_research.model import build_model
 from pe_research.tasks import get_task
 from pe_research.training.ensemble import stack
+from pe_research.training.leaf_state import OverLeaves, to_leaves
 from pe_research.training.optimizer import make_optimizer
 from pe_research.training.steps import Keyed, initial_train_state, make_ensemble_steps, make_steps
 
@@ -112,25 +113,26 @@ def median_seconds(function: Callable[[], object], repeats: int = 10, blocks: in
     return statistics.median(times)
 
 
-def timed(call: Callable, params: Any, opt_state: Any, inputs: Sequence[Any], steps: int,
-          blocks: int = 3, per_call: int = 1) -> tuple[float, float]:
+def timed(call: Callable, state: Any, inputs: Sequence[Any], steps: int, blocks: int = 3,
+          per_call: int = 1) -> tuple[float, float]:
     """(compile + first call seconds, median seconds per step over ``blocks`` blocks of about
-    ``steps`` steps); each call runs ``per_call`` steps on one entry of ``inputs`` (a batch, or
-    a list of ``per_call`` batches for ``Steps.train_many``)."""
+    ``steps`` steps); ``call(state, inputs[i], step) -> (state, metrics)`` runs ``per_call``
+    steps on one entry of ``inputs`` (a batch, or a list of ``per_call`` batches for
+    ``Steps.train_many``), the state being the leaves of (params, opt_state) as the trainer
+    holds them (``leaf_state``)."""
     start = time.perf_counter()
-    params, opt_state, metrics = call(params, opt_state, inputs[0], 0)
+    state, metrics = call(state, inputs[0], 0)
     jax.block_until_ready(metrics)
     compile_s = time.perf_counter() - start
     for i in range(1, 1 + max(1, 2 // per_call)):  # warm-up: 2 steps, or one longer call
-        params, opt_state, metrics = call(params, opt_state, inputs[i % len(inputs)], i)
+        state, metrics = call(state, inputs[i % len(inputs)], i)
     jax.block_until_ready(metrics)
     calls = max(1, steps // per_call)
     per_step = []
     for block in range(blocks):
         start = time.perf_counter()
         for i in range(calls):
-            params, opt_state, metrics = call(params, opt_state,
-                                              inputs[(block * calls + i) % len(inputs)], i)
+            state, metrics = call(state, inputs[(block * calls + i) % len(inputs)], i)
         jax.block_until_ready(metrics)
         per_step.append((time.perf_counter() - start) / (calls * per_call))
     return compile_s, statistics.median(per_step)
@@ -142,6 +144,14 @@ def program(steps: Any, per_call: int) -> Callable:
     return steps.train if per_call == 1 else steps.train_many
 
 
+def on_leaves(steps: Any, per_call: int, params: Any, opt_state: Any,
+              ) -> tuple[OverLeaves, list[jax.Array]]:
+    """``program`` as the trainer calls it, on the state's leaves (``leaf_state``): the
+    function ``(leaves, inputs, step) -> (leaves, metrics)`` and the leaves."""
+    leaves, treedef = to_leaves(params, opt_state)
+    return OverLeaves(program(steps, per_call), treedef), leaves
+
+
 def groups(batches: Sequence[Any], per_call: int) -> list[Any]:
     """What each call takes: the batches themselves, or consecutive lists of ``per_call``."""
     if per_call == 1:
@@ -151,13 +161,13 @@ def groups(batches: Sequence[Any], per_call: int) -> list[Any]:
 
 @dataclasses.dataclass
 class CompiledStep:
-    """One config's train step (or ``per_call`` steps in one call), compiled ahead of time,
-    with what it runs on."""
+    """One config's train step (or ``per_call`` steps in one call), compiled ahead of time as
+    the trainer runs it (on the state's leaves), with what it runs on."""
 
     steps: Any  # the ``make_steps`` bundle (its ``train`` is the jitted step)
-    compiled: Callable  # (params, opt_state, inputs[i], step) -> (params, opt_state, metrics)
-    params: Any
-    opt_state: Any
+    compiled: Callable  # (state, inputs[i], step) -> (state, metrics)
+    state: list  # the leaves of (params, opt_state); a call donates them
+    treedef: Any  # rebuilds (params, opt_state) from ``state``
     batches: list[dict]
     compile_s: float
     per_call: int = 1
@@ -196,8 +206,8 @@ def ensemble_train_state(config, members: int, batch_count: int):
 
 def lower_train_step(config, batch_count: int = 4, per_call: int = 1, members: int = 0):
     """``config``'s train step (``per_call`` steps per call; with ``members``, the ensemble
-    step of that many seeds) lowered for its first batches: (steps, lowered program, params,
-    opt_state, batches, seconds the lowering took)."""
+    step of that many seeds) on the state's leaves, lowered for its first batches: (steps,
+    lowered program, the function lowered, its state, batches, seconds the lowering took)."""
     batch_count = max(batch_count, 2 * per_call)
     if members:
         compiled_steps, params, opt_state, batches = ensemble_train_state(config, members,
@@ -210,9 +220,10 @@ def lower_train_step(config, batch_count: int = 4, per_call: int = 1, members: i
         batches = [data.global_batch(data.train_batch(task, config.data, config.seed, i), mesh)
                    for i in range(batch_count)]
     start = time.perf_counter()
-    lowered = program(compiled_steps, per_call).lower(
-        params, opt_state, groups(batches, per_call)[0], 0)
-    return compiled_steps, lowered, params, opt_state, batches, time.perf_counter() - start
+    function, state = on_leaves(compiled_steps, per_call, params, opt_state)
+    lowered = function.jitted.lower(state, groups(batches, per_call)[0], 0,
+                                    *function.step.trailing)
+    return compiled_steps, lowered, function, state, batches, time.perf_counter() - start
 
 
 def compile_train_step(config, batch_count: int = 4, per_call: int = 1,
@@ -220,11 +231,11 @@ def compile_train_step(config, batch_count: int = 4, per_call: int = 1,
     """Build ``config``'s model and optimizer and compile its train step (timed); with
     ``per_call`` > 1, ``Steps.train_many`` over that many batches, as ``train.steps_per_call``
     runs it; with ``members``, the ensemble step of that many seeds."""
-    compiled_steps, lowered, params, opt_state, batches, lowering_s = lower_train_step(
+    compiled_steps, lowered, function, state, batches, lowering_s = lower_train_step(
         config, batch_count, per_call, members)
     start = time.perf_counter()
     # the run's keys are arguments of the program (``Keyed``): the compiled one takes them too
-    compiled = Keyed(lowered.compile(), program(compiled_steps, per_call).trailing)
-    return CompiledStep(compiled_steps, compiled, params, opt_state, batches,
+    compiled = Keyed(lowered.compile(), function.step.trailing)
+    return CompiledStep(compiled_steps, compiled, state, function.treedef, batches,
                         time.perf_counter() - start + lowering_s, per_call,
                         program_flops(lowered))

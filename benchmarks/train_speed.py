@@ -111,8 +111,7 @@ def measure(config, steps: int, per_call: int) -> dict:
     needed, limit = step_memory_gb(step.compiled), device_memory_bytes(jax.devices()[0]) / 2**30
     if needed and needed > limit:  # running it would fail, or swap for hours on a host
         raise MemoryError(f"skipped: its step needs {needed:.1f} GB, the device has {limit:.1f}")
-    _, step_s = timed(step.compiled, step.params, step.opt_state, step.inputs, steps,
-                      per_call=per_call)
+    _, step_s = timed(step.compiled, step.state, step.inputs, steps, per_call=per_call)
     tokens = sum(step.batches[0][key].size for key in ("source", "target_input"))
     return {"compile": step.compile_s, "step": step_s, "tokens": tokens,
             "flops": step.flops,

@@ -3,9 +3,10 @@ finiteness checks and checkpoints per member (``MemberRun``), steps and progress
 
 Steps run ``steps_per_call`` at a time, one jitted call each (``train.steps_per_call``). A call
 is dispatched before the previous call's metrics are read, so the host prepares the next batches
-while the device works. NaN/Inf in the loss, the gradient norm or the state about to be saved
-stops a member before any checkpoint of that step is written: checkpoints are written between
-calls, after every step's metrics up to them have been read.
+while the device works; the state crosses calls as a flat list of its leaves (``leaf_state``).
+NaN/Inf in the loss, the gradient norm or the state about to be saved stops a member before any
+checkpoint of that step is written: checkpoints are written between calls, after every step's
+metrics up to them have been read.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from tqdm import tqdm
 from pe_research.config import to_dict
 from pe_research.evaluation.metrics import training_metrics
 from pe_research.mesh import to_host
+from pe_research.training.leaf_state import OverLeaves, to_leaves
 from pe_research.training.optimizer import learning_rate_schedule
 from pe_research.training.prefetch import Prefetcher
 
@@ -189,6 +191,11 @@ class StepLoop:
         progress = tqdm(total=total, initial=start, desc="train", unit="step", smoothing=0.1,
                         disable=jax.process_index() != 0, dynamic_ncols=True)
         window_start, pending, step = time.perf_counter(), None, start
+        # The state crosses calls as leaves (``leaf_state``); its pytrees are rebuilt only to
+        # evaluate, check and save it.
+        state, treedef = to_leaves(params, opt_state)
+        train = OverLeaves(self.steps.train, treedef)
+        train_many = OverLeaves(self.steps.train_many, treedef)
         while step < total:
             # Update `step + 1` trains on the data stream's entry `step`.
             count = self.call_length(step, total)
@@ -198,10 +205,9 @@ class StepLoop:
                 # one per call rather than fail.
                 count, batches = 1, batches[:1]
             if count == 1:
-                params, opt_state, metrics = self.steps.train(params, opt_state, batches[0], step)
+                state, metrics = train(state, batches[0], step)
             else:
-                params, opt_state, metrics = self.steps.train_many(params, opt_state, batches,
-                                                                   step)
+                state, metrics = train_many(state, batches, step)
             if pending is not None:
                 self.read(*pending)
                 progress.update(pending[1])
@@ -218,11 +224,12 @@ class StepLoop:
             if log_due:
                 elapsed = time.perf_counter() - window_start
                 self.steps_per_second = self.timed_steps / max(elapsed, 1e-9)
+            params, opt_state = jax.tree.unflatten(treedef, state)
             self.log_eval_save(step, params, opt_state, log_due, eval_due, save_due, progress)
             # Evaluation and saving are not training speed.
             window_start, self.timed_steps = time.perf_counter(), 0
         progress.close()
-        return params, opt_state
+        return jax.tree.unflatten(treedef, state)
 
     def log_eval_save(self, step: int, params: Any, opt_state: Any, log_due: bool,
                       eval_due: bool, save_due: bool, progress: tqdm) -> None:
