@@ -4,6 +4,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -283,6 +284,30 @@ def test_run_all_names_the_choices_for_an_unknown_benchmark(tmp_path):
     assert done.returncode == 2
     assert done.stderr.startswith("error: no benchmark named 'nope'; choose from: cudnn_check ")
     assert not (tmp_path / "out").exists()  # checked before anything ran
+
+
+def test_run_all_passes_a_benchmarks_own_arguments_stops_it_at_the_limit_and_bundles(tmp_path):
+    out, bundle = tmp_path / "out", tmp_path / "tables.tgz"
+    env = {**os.environ, "PYTHON": sys.executable, "OUT_DIR": str(out), "LIMIT_S": "30",
+           "BUNDLE": str(bundle)}
+    done = subprocess.run(["bash", "benchmarks/run_all.sh",
+                           "data_throughput --lengths 3 --seconds 0.001"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "| task | family | n=3 |" in (out / "data_throughput.md").read_text()
+    with tarfile.open(bundle) as archive:
+        assert "./data_throughput.md" in archive.getnames()
+    env["LIMIT_S"] = "3"  # the first cell alone takes 20 s: stopped, reported, no table
+    done = subprocess.run(["bash", "benchmarks/run_all.sh", "data_throughput --seconds 20"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "== data_throughput: FAILED after" in done.stderr
+    assert (out / "data_throughput.md.partial").exists()
+    env["LIMIT_S"] = "2m"
+    done = subprocess.run(["bash", "benchmarks/run_all.sh", "data_throughput"], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr == "error: LIMIT_S=2m: give whole seconds per benchmark (0: no limit)\n"
 
 
 @pytest.mark.slow
