@@ -25,42 +25,46 @@ a, b = jnp.ones((3072, 256)), jnp.ones((256, 4096))
 program = jax.jit(lambda a, b: jnp.tanh(a @ b) @ b[:64].T)
 for _ in range(2):
     program(a, b).block_until_ready()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(5):
+faults = []
+for _ in range(7):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     program(a, b).block_until_ready()
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 print(jax.config.values["jax_cpu_enable_async_dispatch"])
-print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5)
+print(sorted(faults)[len(faults) // 2], ",".join(map(str, faults)))
 print(program.lower(a, b).compile().memory_analysis().temp_size_in_bytes)
 """
 
 
-def probe(**env: str) -> tuple[bool, float, int]:
-    """(async dispatch on, minor page faults per call, temporary bytes) in a fresh process."""
+def probe(**env: str) -> tuple[bool, float, int, str]:
+    """(async dispatch on, the median of 7 calls' minor page faults, temporary bytes, every
+    call's faults) in a fresh process. The median, since on a loaded machine one call in
+    several has been seen to fault its temporaries in again with the settings made."""
     base = subprocess_env()
     for name in (cpu_heap.SWITCH_ENV, "JAX_CPU_ENABLE_ASYNC_DISPATCH"):
         base.pop(name, None)
     result = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
                             env={**base, **env}, cwd=REPO, timeout=120, check=True)
-    dispatch, faults, temporaries = result.stdout.split()
-    return dispatch == "True", float(faults), int(temporaries)
+    dispatch, faults, each, temporaries = result.stdout.split()
+    return dispatch == "True", float(faults), int(temporaries), each
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="glibc's malloc")
 def test_a_programs_temporaries_are_faulted_in_once_not_at_every_call():
-    asynchronous, faults, temporaries = probe(**{cpu_heap.SWITCH_ENV: "1"})
+    asynchronous, faults, temporaries, each = probe(**{cpu_heap.SWITCH_ENV: "1"})
     pages = temporaries / 4096
     assert temporaries > 32 * 2**20
     assert not asynchronous
-    assert faults < pages / 20  # 45 of 12,544 pages measured
-    asynchronous, faults, _ = probe()  # the default: as JAX and glibc have it
+    assert faults < pages / 20, each  # 45 of 12,544 pages measured
+    asynchronous, faults, _, each = probe()  # the default: as JAX and glibc have it
     assert asynchronous
-    assert faults > pages / 2  # every page, every call (12,968 measured)
+    assert faults > pages / 2, each  # every page, every call (12,968 measured)
 
 
 @pytest.mark.parametrize("env", [{cpu_heap.SWITCH_ENV: "0"}, {cpu_heap.SWITCH_ENV: "off"},
                                  {cpu_heap.SWITCH_ENV: "1", "JAX_CPU_ENABLE_ASYNC_DISPATCH": "1"}])
 def test_off_and_jaxs_own_variable_keep_asynchronous_dispatch(env):
-    asynchronous, _, _ = probe(**env)
+    asynchronous, *_ = probe(**env)
     assert asynchronous
 
 
