@@ -18,11 +18,12 @@ next call finds them:
   left as it is. It must come after JAX's CPU client has started: made at start-up instead,
   the test's 51 MB program faulted in 5,069 pages per call, not 45 (tests/test_cpu_heap.py).
 
-Off by default: with dispatch on the calling thread, a step's dispatch (about 4 ms for the
-default config's) no longer overlaps the step before it, which costs small steps run one per call
-more than the faults they save (a CPU sweep config of two training shapes, batch 32: 15 % fewer
-steps/s). Steps whose temporaries are far above 32 MB gain: the randomized-PE config's 40 steps
-take 72-73 s instead of 83-90. A C library other than glibc leaves both as they are, and
+Off by default: with dispatch on the calling thread, a step's dispatch no longer overlaps the
+step before it, which costs small steps run one per call more than the faults they save (a CPU
+sweep config of two training shapes, batch 32: 15 % fewer steps/s with 4 ms of dispatch per
+call, still a few percent since the state crosses calls as flat leaves, ``leaf_state``). Steps
+whose temporaries are far above 32 MB gain: the randomized-PE config's 40 steps take 72-73 s
+instead of 83-90. A C library other than glibc leaves both as they are, and
 ``JAX_CPU_ENABLE_ASYNC_DISPATCH`` set by the user is obeyed.
 """
 

@@ -30,21 +30,18 @@ class OverLeaves:
 
     def __post_init__(self) -> None:
         def on_leaves(leaves: list[jax.Array], *args: Any) -> tuple[list[jax.Array], Any]:
-            return self._on_leaves(leaves, *args)
+            params, opt_state = jax.tree.unflatten(self.treedef, leaves)
+            params, opt_state, metrics = self.step.jitted(params, opt_state, *args)
+            leaves, treedef = jax.tree.flatten((params, opt_state))
+            if treedef != self.treedef:  # at trace time only
+                raise ValueError("the train step returned a state of another structure than "
+                                 "it was given; its leaves cannot be carried to the next call")
+            return leaves, metrics
 
         # named as the step: its compilation-cache entries and profiles read jit_train_step...
         on_leaves.__name__ = on_leaves.__qualname__ = getattr(self.step.jitted, "__name__",
                                                               "train_step")
         object.__setattr__(self, "jitted", jax.jit(on_leaves, donate_argnums=(0,)))
-
-    def _on_leaves(self, leaves: list[jax.Array], *args: Any) -> tuple[list[jax.Array], Any]:
-        params, opt_state = jax.tree.unflatten(self.treedef, leaves)
-        params, opt_state, metrics = self.step.jitted(params, opt_state, *args)
-        state = (params, opt_state)
-        if jax.tree.structure(state) != self.treedef:  # at trace time only
-            raise ValueError("the train step returned a state of another structure than it "
-                             "was given; its leaves cannot be carried to the next call")
-        return jax.tree.leaves(state), metrics
 
     def __call__(self, leaves: list[jax.Array], *args: Any) -> tuple[list[jax.Array], Any]:
         return self.jitted(leaves, *args, *self.step.trailing)
@@ -52,5 +49,4 @@ class OverLeaves:
 
 def to_leaves(params: Any, opt_state: Any) -> tuple[list[jax.Array], jax.tree_util.PyTreeDef]:
     """The state's leaves and the structure that rebuilds it (``jax.tree.unflatten``)."""
-    leaves, treedef = jax.tree.flatten((params, opt_state))
-    return leaves, treedef
+    return jax.tree.flatten((params, opt_state))
