@@ -15,6 +15,7 @@ from pe_research.positional.registry import COMMON_DEFAULTS, default_pe_config
 from pe_research.tasks import default_task_config
 
 SCHEDULES = ("constant", "cosine")
+OPTIMIZER_LAYOUTS = ("leaves", "flat")
 CHECKPOINT_CHOICES = ("best", "latest")
 WANDB_MODES = ("offline", "online", "disabled")
 
@@ -45,6 +46,10 @@ BLOCK_DEFAULTS: dict[str, dict[str, Any]] = {
         "best_metric": "eval/sequence_accuracy",  # '' (or eval_every 0): keep only the latest
         "eval_lengths": (),  # longer task lengths evaluated during training
         "steps_per_call": 0,  # train steps per jitted call (0: the largest divisor up to 10)
+        # 'flat': AdamW on all parameters as one vector, a few operations per step instead of
+        # a few per parameter; 'leaves': leaf by leaf. The same updates up to the rounding of
+        # the gradient norm; checkpoints store either leaf by leaf, so a run resumes under both.
+        "optimizer_layout": "flat",
         # False: the loss skips the end token, so the model never learns where to stop (-EOS of
         # Newman et al. 2020); range eval then also decodes at the oracle length.
         "predict_eos": True,

@@ -14,6 +14,7 @@ from pe_research.config.schema import (
     BLOCK_DEFAULTS,
     CHECKPOINT_CHOICES,
     MODEL_DEFAULTS,
+    OPTIMIZER_LAYOUTS,
     SCHEDULES,
     TOP_LEVEL_DEFAULTS,
     WANDB_MODES,
@@ -106,6 +107,7 @@ def _check_train(train: Mapping[str, Any]) -> None:
     if not train["learning_rate"] > 0:
         raise ConfigError("train.learning_rate", train["learning_rate"], "must be > 0")
     check_choice("train.schedule", train["schedule"], SCHEDULES)
+    check_choice("train.optimizer_layout", train["optimizer_layout"], OPTIMIZER_LAYOUTS)
     _positive_ints("train.eval_lengths", tuple(train["eval_lengths"]))
     check_checkpoint_choice("train.init_checkpoint", train["init_checkpoint"])
     if train["best_metric"]:  # ignored when train.eval_every is 0 (no metric to rank by)

@@ -54,6 +54,7 @@ from pe_research.training.periodic_eval import PeriodicEvaluator
 from pe_research.training.step_loop import MemberRun, StepLoop, all_finite
 from pe_research.training.steps import make_ensemble_steps, make_steps
 from pe_research.training.steps_per_call import steps_per_call
+from pe_research.training.stored_optimizer_state import stored_skeleton, trained_state
 
 # What may differ between the members of one ensemble (everything else is shared).
 MEMBER_KEYS = ("seed", "train.learning_rate", "wandb.name")
@@ -158,7 +159,7 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
     on_eval_mesh = replicated(eval_mesh)
     start, restored = _restore_common_step(
         checkpointers, abstract_like(member_params[0], on_eval_mesh),
-        abstract_like(member_opt[0], on_eval_mesh))
+        stored_skeleton(member_params[0], configs[0].train, on_eval_mesh))
     windows: list[Any] = [None] * len(configs)
     initialised: list[Any] = [None] * len(configs)
     if restored is None and configs[0].train.init_from:
@@ -167,7 +168,8 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
                 config, task, sources[k], member_params[k], on_eval_mesh)
     if restored is not None:
         member_params = [items["params"] for items in restored]
-        member_opt = [items["opt_state"] for items in restored]
+        member_opt = [trained_state(items["opt_state"], items["params"], config.train)
+                      for items, config in zip(restored, configs, strict=True)]
         windows = [items["meta"].get("train_window") for items in restored]
         print(f"resuming {len(configs)} members from step {start} "
               f"(of {configs[0].train.steps})", flush=True)

@@ -53,12 +53,14 @@ from pe_research.training.periodic_eval import PeriodicEvaluator
 from pe_research.training.step_loop import MemberRun, StepLoop
 from pe_research.training.steps import initial_train_state
 from pe_research.training.steps_per_call import steps_per_call
+from pe_research.training.stored_optimizer_state import stored_skeleton, trained_state
 
 # Keys that may change when an existing run directory is trained further. The learning rate
 # and clipping may change so that a diverged run can go on from its last good checkpoint.
 RESUMABLE_CHANGES = ("train.steps", "train.log_every", "train.eval_every",
                      "train.checkpoint_every", "train.learning_rate", "train.clip_norm",
-                     "train.steps_per_call", "data.prefetch", "wandb.")
+                     "train.steps_per_call", "train.optimizer_layout", "data.prefetch",
+                     "wandb.")
 # Resumable changes that alter the trained model and are recorded in config.json's history.
 RECORDED_CHANGES = ("train.steps", "train.learning_rate", "train.clip_norm")
 
@@ -176,7 +178,7 @@ def _train_locked(config: ml_collections.ConfigDict, run_dir: Path, task: Any, m
     try:
         restored = checkpointer.restore_latest_good(
             params=abstract_like(params, replicated(mesh)),
-            opt_state=abstract_like(opt_state, replicated(mesh)), quarantine=True)
+            opt_state=stored_skeleton(params, config.train, replicated(mesh)), quarantine=True)
         if restored is None and config.train.init_from:
             params, opt_state, initialised = start_from_source(config, task, source, params,
                                                                replicated(mesh))
@@ -186,7 +188,8 @@ def _train_locked(config: ml_collections.ConfigDict, run_dir: Path, task: Any, m
     start, window = 0, None
     if restored is not None:
         start, items = restored
-        params, opt_state = items["params"], items["opt_state"]
+        params = items["params"]
+        opt_state = trained_state(items["opt_state"], params, config.train)
         window = items["meta"].get("train_window")
         if jax.process_index() == 0:
             print(f"resuming {run_dir} from step {start} (of {config.train.steps})", flush=True)

@@ -30,6 +30,7 @@ from pe_research.mesh import to_host
 from pe_research.training.leaf_state import OverLeaves, to_leaves
 from pe_research.training.optimizer import learning_rate_schedule
 from pe_research.training.prefetch import Prefetcher
+from pe_research.training.stored_optimizer_state import stored_state
 
 
 class DivergedError(RuntimeError):
@@ -126,7 +127,9 @@ class MemberRun:
         meta = {"step": step, "data_step": step, "seed": self.config.seed,
                 "vocab_size": self.vocab_size, "compilations": compilations,
                 "train_window": {"sums": dict(self.window), "steps": self.window_steps}}
-        self.checkpointer.save(step, params=params, opt_state=opt_state, meta=meta,
+        self.checkpointer.save(step, params=params,
+                               opt_state=stored_state(opt_state, params, self.config.train),
+                               meta=meta,
                                config=to_dict(self.config), metrics=eval_metrics or None)
         self.last_checkpoint = step
         return True

@@ -31,7 +31,7 @@ from pe_research.model import TokenModel, build_model
 from pe_research.model.attention import set_query_block
 from pe_research.positional.randomize import make_positions, split_key
 from pe_research.special_tokens import EOS_ID
-from pe_research.training.optimizer import make_optimizer
+from pe_research.training.optimizer import gradient_norm, make_optimizer
 
 Batch = Mapping[str, jax.Array]
 EVAL_KEY_TAG = 0x0E7A1  # folded into the seed for evaluation-time random positions
@@ -136,7 +136,7 @@ def step_functions(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
         params = optax.apply_updates(params, updates)
         metrics = {**batch_values(_outputs(logits, batch, predict_eos), training_metrics()),
                    "loss": loss,
-                   "grad_norm": optax.global_norm(grads)}
+                   "grad_norm": gradient_norm(grads, settings)}
         return params, opt_state, metrics
 
     def eval_step(params, batch, base_key):
