@@ -208,31 +208,11 @@ def test_decoder_only_loss_ignores_the_source_outputs():
 
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
 @pytest.mark.parametrize("scheme", sorted(SCHEMES))
-def test_one_training_step_on_every_supported_scheme(architecture, scheme):
-    if not supported(architecture, scheme):
-        return
-    model = single_stack(architecture, scheme)
-    batch = ragged_batch()
-    graph, params, rest = nnx.split(model, nnx.Param, ...)
-
-    def loss(params):
-        logits = logits_of(nnx.merge(graph, params, rest), batch)
-        return token_cross_entropy(logits, batch["target_output"], batch["target_mask"])
-
-    value, grads = jax.jit(jax.value_and_grad(loss))(params)
-    assert np.isfinite(float(value))
-    assert sum(float(jnp.sum(jnp.abs(g))) for g in jax.tree.leaves(grads)) > 0
-    eager_value, eager_grads = jax.value_and_grad(loss)(params)  # eager == jit, every scheme
-    np.testing.assert_allclose(value, eager_value, rtol=1e-5)
-    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(eager_grads), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
-
-
-@pytest.mark.parametrize("architecture", ARCHITECTURES)
-@pytest.mark.parametrize("scheme", sorted(SCHEMES))
-def test_positions_shared_by_the_rows_give_the_same_logits_and_gradients(architecture, scheme):
+def test_a_training_step_on_positions_shared_by_the_rows_equals_rows_and_eager(architecture,
+                                                                              scheme):
     """Packed rows share their joint positions: ``[1, S + T]`` reaches every layer (a batch-1
-    bias), and the logits and gradients are those of the same positions repeated per row."""
+    bias), and the logits and gradients are those of the same positions repeated per row and
+    those computed op by op: a training step works on every supported scheme."""
     if not supported(architecture, scheme):
         return
     model = single_stack(architecture, scheme)
@@ -258,6 +238,12 @@ def test_positions_shared_by_the_rows_give_the_same_logits_and_gradients(archite
                                atol=1e-5, rtol=1e-5)
     np.testing.assert_allclose(shared_loss, rows_loss, rtol=1e-6)
     for a, b in zip(jax.tree.leaves(shared_grads), jax.tree.leaves(rows_grads), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    assert np.isfinite(float(shared_loss))
+    assert sum(float(jnp.sum(jnp.abs(g))) for g in jax.tree.leaves(shared_grads)) > 0
+    (eager_loss, _), eager_grads = jax.value_and_grad(loss, has_aux=True)(params, shared)
+    np.testing.assert_allclose(shared_loss, eager_loss, rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(shared_grads), jax.tree.leaves(eager_grads), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 

@@ -117,13 +117,14 @@ def test_eager_equals_jit_forward_and_backward_and_every_parameter_learns(name, 
 
 @pytest.mark.parametrize(("name", "pe"), ENTRIES, ids=IDS)
 def test_padding_changes_no_real_output(name, pe):
-    model = entry_model(name, pe)
+    graph, state = nnx.split(entry_model(name, pe))
+    model = jax.jit(lambda state, *inputs: nnx.merge(graph, state)(*inputs))
     source, target = random_inputs(batch=2, source_len=6, target_len=5)
     s_mask, t_mask = masks(source, target)
-    reference = model(source, target, arange_positions(2, 6), arange_positions(2, 5), s_mask,
-                      t_mask)
+    reference = model(state, source, target, arange_positions(2, 6), arange_positions(2, 5),
+                      s_mask, t_mask)
     pad = lambda x, n: jnp.pad(x, ((0, 0), (0, n)))  # noqa: E731
-    logits = model(pad(source, 4), pad(target, 3), arange_positions(2, 10),
+    logits = model(state, pad(source, 4), pad(target, 3), arange_positions(2, 10),
                    arange_positions(2, 8), pad(s_mask, 4), pad(t_mask, 3))
     np.testing.assert_allclose(logits[:, :5], reference, atol=1e-5)
 
@@ -143,7 +144,8 @@ def test_decoder_is_causal(name, pe):
                                                 arange_positions(1, 5), s_mask, t_mask)
         return jnp.sum(logits[:, t])
 
-    grad_table = nnx.state(nnx.merge(graph, jax.grad(logit_at_t)(params), rest)).embed.embedding
+    grad_table = nnx.state(nnx.merge(graph, jax.jit(jax.grad(logit_at_t))(params), rest)
+                           ).embed.embedding
     row_norms = jnp.linalg.norm(grad_table[...], axis=-1)
     assert float(jnp.max(row_norms[target[0, t + 1:]])) == 0.0
     assert float(jnp.min(row_norms[target[0, : t + 1]])) > 0.0
@@ -211,11 +213,18 @@ def test_positions_shared_by_the_rows_give_the_same_logits_gradients_and_cache(n
         assert bias is None or bias.shape[0] in (1, 3)  # 3 only for content-dependent biases
         if bias is not None and name not in CONTENT_BIASES:
             assert bias.shape == (1, 2, 5, 5), "a position-only bias must stay batch-1"
-    encoded = model.encode(source, s_pos, s_mask)
-    cache = model.init_cache(t_pos, encoded)  # [1, T]: one row of positions for the batch
+
+    @jax.jit  # one compile; op by op, the encoder and 5 decoding steps took most of the test
+    def start(params):
+        model = nnx.merge(graph, params, rest)
+        # [1, T]: one row of positions for the batch
+        return model.init_cache(t_pos, model.encode(source, s_pos, s_mask))
+
+    decode_step = jax.jit(lambda params, *args: nnx.merge(graph, params, rest).decode_step(*args))
+    cache = start(params)
     for t in range(5):
-        logits, cache = model.decode_step(target[:, t:t + 1], t_pos[:, t:t + 1], s_pos, s_mask,
-                                          cache)
+        logits, cache = decode_step(params, target[:, t:t + 1], t_pos[:, t:t + 1], s_pos, s_mask,
+                                    cache)
         visible = t_mask[:, t]  # padded query rows are no output
         np.testing.assert_allclose(logits[visible], rows[visible, t], atol=1e-5, rtol=1e-5)
 
