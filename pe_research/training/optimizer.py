@@ -34,9 +34,14 @@ def decays(param: jax.Array) -> bool:
     return param.ndim > 1
 
 
+def on_one_vector_layout(train: Mapping[str, Any]) -> bool:
+    """Whether ``train`` optimizes all parameters as one vector (``optimizer_layout`` 'flat')."""
+    return train["optimizer_layout"] == "flat"
+
+
 def make_optimizer(train: Mapping[str, Any]) -> optax.GradientTransformation:
     """Global-norm clipping (if ``clip_norm`` > 0) then AdamW; no decay on biases and norms."""
-    flat = train.get("optimizer_layout", "leaves") == "flat"
+    flat = on_one_vector_layout(train)
     # a flat vector's decay is masked by zeroing the other leaves' share (``on_one_vector``)
     mask = None if flat else (lambda params: jax.tree.map(decays, params))
     adamw = optax.adamw(learning_rate_schedule(train), weight_decay=train["weight_decay"],
@@ -77,6 +82,6 @@ def flatten(tree: Any) -> jax.Array:
 def gradient_norm(grads: Any, train: Mapping[str, Any]) -> jax.Array:
     """The global L2 norm of ``grads``, computed as the optimizer's clipping computes it (so
     the two are one computation in the compiled step)."""
-    if train.get("optimizer_layout", "leaves") == "flat":
+    if on_one_vector_layout(train):
         return optax.tree.norm(flatten(grads))
     return optax.global_norm(grads)

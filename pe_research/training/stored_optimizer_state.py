@@ -14,14 +14,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from pe_research.runs.checkpoint import abstract_like
-from pe_research.training.optimizer import make_optimizer
+from pe_research.training.optimizer import make_optimizer, on_one_vector_layout
 
 Shapes = tuple[tuple[int, ...], ...]
 
 
 def stored_state(opt_state: Any, params: Any, train: Mapping[str, Any]) -> Any:
     """``opt_state`` of ``train``'s layout in the stored (per-leaf) layout."""
-    if not _flat(train):
+    if not on_one_vector_layout(train):
         return opt_state
     skeleton = jax.eval_shape(_per_leaf(train).init, params)
     leaves = _split(jax.tree.leaves(opt_state), _shapes(params))
@@ -30,7 +30,7 @@ def stored_state(opt_state: Any, params: Any, train: Mapping[str, Any]) -> Any:
 
 def trained_state(stored: Any, params: Any, train: Mapping[str, Any]) -> Any:
     """A stored (per-leaf) optimizer state in ``train``'s layout."""
-    if not _flat(train):
+    if not on_one_vector_layout(train):
         return stored
     skeleton = jax.eval_shape(make_optimizer(train).init, params)
     moments = tuple(leaf.ndim == 1 for leaf in jax.tree.leaves(skeleton))
@@ -42,10 +42,6 @@ def stored_skeleton(params: Any, train: Mapping[str, Any],
                     sharding: jax.sharding.Sharding) -> Any:
     """Shapes, dtypes and ``sharding`` of the stored optimizer state, for Orbax to restore."""
     return abstract_like(jax.eval_shape(_per_leaf(train).init, params), sharding)
-
-
-def _flat(train: Mapping[str, Any]) -> bool:
-    return train.get("optimizer_layout", "leaves") == "flat"
 
 
 def _per_leaf(train: Mapping[str, Any]) -> Any:
