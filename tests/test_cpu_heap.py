@@ -23,10 +23,10 @@ from pe_research.mesh import data_mesh
 data_mesh()
 a, b = jnp.ones((3072, 256)), jnp.ones((256, 4096))
 program = jax.jit(lambda a, b: jnp.tanh(a @ b) @ b[:64].T)
-for _ in range(2):
+for _ in range(6):
     program(a, b).block_until_ready()
 faults = []
-for _ in range(7):
+for _ in range(9):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     program(a, b).block_until_ready()
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
@@ -37,9 +37,10 @@ print(program.lower(a, b).compile().memory_analysis().temp_size_in_bytes)
 
 
 def probe(**env: str) -> tuple[bool, float, int, str]:
-    """(async dispatch on, the median of 7 calls' minor page faults, temporary bytes, every
-    call's faults) in a fresh process. The median, since on a loaded machine one call in
-    several has been seen to fault its temporaries in again with the settings made."""
+    """(async dispatch on, the median of 9 calls' minor page faults after 6 warm-up calls,
+    temporary bytes, every call's faults) in a fresh process. On a loaded machine the first few
+    calls, and now and then a later one, fault the temporaries in again with the settings made
+    (4 calls in a row after 2 warm-ups, once), hence the warm-up and the median."""
     base = subprocess_env()
     for name in (cpu_heap.SWITCH_ENV, "JAX_CPU_ENABLE_ASYNC_DISPATCH"):
         base.pop(name, None)
