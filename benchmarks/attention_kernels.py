@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from step_timing import median_seconds, run
 
-from pe_research.errors import UsageError
+from pe_research.core.errors import UsageError
 
 # name -> (implementation, keyword arguments of jax.nn.dot_product_attention, given B and S)
 MASKINGS: dict[str, tuple[str, Callable[[jax.Array, jax.Array], dict]]] = {

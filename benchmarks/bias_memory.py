@@ -29,12 +29,12 @@ import jax.numpy as jnp
 from step_timing import compile_train_step, memory_gb, run, timed
 from train_speed import combinations, step_memory_gb
 
-import pe_research.training.steps as steps_module
+import pe_research.model.inputs as inputs_module
 from pe_research.config import collect_overrides, load_config
-from pe_research.errors import UsageError
+from pe_research.core.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_POSITIONS = steps_module.make_positions
+SHARED_POSITIONS = inputs_module.make_positions
 
 
 def per_row_positions(pe, mask_BxT, key, training):
@@ -44,13 +44,13 @@ def per_row_positions(pe, mask_BxT, key, training):
 
 def measure(config, layout: str, steps: int) -> dict:
     """Memory, compile and step time of one train step with positions laid out as ``layout``."""
-    steps_module.make_positions = per_row_positions if layout == "per row" else SHARED_POSITIONS
+    inputs_module.make_positions = per_row_positions if layout == "per row" else SHARED_POSITIONS
     try:
         step = compile_train_step(config, batch_count=2)
-        _, step_s = timed(step.compiled, step.state, step.batches, steps)
+        _, step_s = timed(step.compiled, step.state, step.inputs, steps)
     finally:
-        steps_module.make_positions = SHARED_POSITIONS
-    return {"memory": step_memory_gb(step.compiled), "peak": memory_gb(jax.devices()[0]),
+        inputs_module.make_positions = SHARED_POSITIONS
+    return {"memory": step_memory_gb(step.executable), "peak": memory_gb(jax.devices()[0]),
             "compile": step.compile_s, "step": step_s}
 
 

@@ -35,13 +35,13 @@ from step_timing import compile_train_step, median_seconds, run, timed
 
 from pe_research import data
 from pe_research.config import collect_overrides, load_config
-from pe_research.errors import UsageError
-from pe_research.evaluation.metrics import token_cross_entropy
-from pe_research.mesh import data_mesh
+from pe_research.core.errors import UsageError
 from pe_research.model import build_model
+from pe_research.model.inputs import forward
+from pe_research.model.metrics import token_cross_entropy
+from pe_research.runtime import data_mesh
 from pe_research.tasks import get_task
 from pe_research.training.optimizer import make_optimizer
-from pe_research.training.steps import forward
 
 REPO = Path(__file__).resolve().parents[1]
 SHAPE = ["--config.model.d_model=256", "--config.model.num_heads=4", "--config.model.d_ff=1024",

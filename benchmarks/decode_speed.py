@@ -30,7 +30,7 @@ from flax import nnx
 from step_timing import run
 
 from pe_research.config import collect_overrides, load_config
-from pe_research.errors import UsageError
+from pe_research.core.errors import UsageError
 from pe_research.model.decoding import NEVER, cache_widths, greedy_decode
 from pe_research.model.factory import build_model
 

@@ -24,23 +24,21 @@ from pathlib import Path
 
 import jax
 from step_timing import (
+    as_called,
     ensemble_train_state,
     groups,
     memory_gb,
-    on_leaves,
     peak_flops,
     program_flops,
     run,
     timed,
+    train_state,
 )
 
-from pe_research import data
 from pe_research.config import collect_overrides, load_config
-from pe_research.errors import UsageError
-from pe_research.mesh import data_mesh
+from pe_research.config.validate import check_steps_per_call, steps_per_call
+from pe_research.core.errors import UsageError
 from pe_research.tasks import get_task
-from pe_research.training.steps import initial_train_state
-from pe_research.training.steps_per_call import check_one_shape, steps_per_call
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,7 +54,6 @@ def main() -> None:
     args = parser.parse_args(rest)
     config = load_config(args.config, overrides)
     task = get_task(config.task.to_dict(), config.data.to_dict())
-    vocab = task.vocabulary.size
     member_counts = [int(m) for m in args.members.split(",") if m]
     if not member_counts or min(member_counts) < 1:
         raise UsageError(f"--members {args.members}: give positive counts, e.g. 1,4,8")
@@ -65,18 +62,14 @@ def main() -> None:
                          "choice) or a positive count")
     config.train.steps_per_call = args.steps_per_call
     per_call = steps_per_call(config, task)
-    check_one_shape(config, task, per_call)
+    check_steps_per_call(config, task)
     device = jax.devices()[0]
     print(f"device: {device.device_kind} x{jax.device_count()} ({jax.default_backend()}); "
           f"config {args.config}, batch {config.data.batch_size}, d_model "
           f"{config.model.d_model}, {args.steps} timed steps x 3 blocks, {per_call} per call")
 
-    single_mesh = data_mesh()
-    # Replicated like the trainer's state: uncommitted arrays would compile the step twice.
-    single, params, opt_state = initial_train_state(config, vocab, single_mesh)
-    batches = [data.global_batch(data.train_batch(task, config.data, config.seed, i),
-                                 single_mesh) for i in range(max(8, 2 * per_call))]
-    single_compile, single_step = timed(*on_leaves(single, per_call, params, opt_state),
+    single, batches = train_state(config, max(8, 2 * per_call))
+    single_compile, single_step = timed(as_called(single.train), single.train.leaves,
                                         groups(batches, per_call), args.steps, per_call=per_call)
     batch = config.data.batch_size
     print(f"single run: {single_step * 1e3:.1f} ms/step, {batch / single_step:,.0f} examples/s,"
@@ -86,11 +79,9 @@ def main() -> None:
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     peak = peak_flops(device)
     for members in member_counts:
-        steps, stacked_params, stacked_opt, member_batches = ensemble_train_state(
-            config, members, max(8, 2 * per_call))
-        flops = program_flops(steps.train.lower(stacked_params, stacked_opt, member_batches[0],
-                                                0)) or float("nan")
-        compile_s, step_s = timed(*on_leaves(steps, per_call, stacked_params, stacked_opt),
+        steps, member_batches = ensemble_train_state(config, members, max(8, 2 * per_call))
+        flops = program_flops(steps.train.lower(member_batches[:1])) or float("nan")
+        compile_s, step_s = timed(as_called(steps.train), steps.train.leaves,
                                   groups(member_batches, per_call), args.steps,
                                   per_call=per_call)
         mfu = f"{100 * flops / step_s / peak:.1f}%" if peak else "-"

@@ -30,11 +30,11 @@ from train_speed import step_memory_gb
 
 from pe_research import data
 from pe_research.config import collect_overrides, load_config
-from pe_research.errors import UsageError
+from pe_research.core.errors import UsageError
 from pe_research.evaluation import memory
 from pe_research.evaluation.range_eval import RangeEvaluator
-from pe_research.mesh import data_mesh
 from pe_research.model import build_model
+from pe_research.runtime import data_mesh
 from pe_research.tasks import get_task
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,8 +52,9 @@ def synthetic_batch(rows: int, source: int, target: int) -> dict[str, np.ndarray
 def compiled_gb(evaluator: RangeEvaluator, params, batch) -> tuple[float | None, float]:
     """XLA's memory for the compiled evaluation of ``batch`` (GiB) and the compile seconds."""
     start = time.perf_counter()
-    compiled = evaluator.statistics.lower(params, data.global_batch(batch, evaluator.mesh),
-                                          np.int32(0))  # the batch's first row
+    compiled = evaluator.statistics_program.lower(
+        params, data.global_batch(batch, evaluator.mesh), np.int32(0),  # the batch's first row
+        evaluator.position_key)
     compiled = compiled.compile()
     return step_memory_gb(compiled), time.perf_counter() - start
 

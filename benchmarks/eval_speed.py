@@ -25,12 +25,13 @@ from flax import nnx
 from step_timing import run
 
 from pe_research import data
-from pe_research.config import load_config, load_run_config
+from pe_research.config import load_config
 from pe_research.evaluation.range_eval import RangeEvaluator, eval_position_key
 from pe_research.model.decoding import NEVER, greedy_decode, naive_greedy_decode
+from pe_research.model.inputs import batch_positions
 from pe_research.runs.restore import load_run
+from pe_research.runs.run_dir import load_run_config
 from pe_research.training.loop import train
-from pe_research.training.steps import batch_positions
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--config.data.train_lengths=(1, 8)", "--config.data.batch_size=16",

@@ -82,14 +82,13 @@ def attention_path(config) -> str:
 def measure(config, steps: int) -> dict:
     """Compile time, median step time, XLA temp memory, pair tensors of one train step."""
     step = compile_train_step(config)
-    compiled, batches = step.compiled, step.batches
-    params, opt_state = jax.tree.unflatten(step.treedef, step.state)
-    temp = getattr(compiled.memory_analysis(), "temp_size_in_bytes", None)
+    batches, train = step.batches, step.steps.train
+    temp = getattr(step.executable.memory_analysis(), "temp_size_in_bytes", None)
     batch, length = batches[0]["target_input"].shape[0], sum(
         batches[0][key].shape[1] for key in ("source", "target_input"))
-    jaxpr = jax.make_jaxpr(step.steps.train)(params, opt_state, batches[0], 0)
+    jaxpr = jax.make_jaxpr(train.program)(step.state, batches[:1], 0, *train.trailing)
     limit = batch * config.model.num_heads * length * length
-    _, step_s = timed(compiled, step.state, batches, steps)
+    _, step_s = timed(step.compiled, step.state, step.inputs, steps)
     return {"compile": step.compile_s, "step": step_s, "temp_mb": temp / 2**20 if temp else None,
             "pairs": pair_tensors(jaxpr, length, limit), "peak_gb": memory_gb(jax.devices()[0])}
 

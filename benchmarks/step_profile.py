@@ -43,7 +43,7 @@ from step_timing import compile_train_step, run
 from train_speed import SHAPES, shape_config
 
 from pe_research.config import collect_overrides
-from pe_research.errors import UsageError
+from pe_research.core.errors import UsageError
 
 KINDS = ("matmul", "attention", "fusion", "copy", "other")
 # the model's named scopes (model/layers.py, attention.py, transformer.py), innermost first
@@ -294,7 +294,7 @@ def main() -> None:
           f"shape {args.shape}, {args.implementation}, {args.dtype}"
           + (f", {args.members} members in one program" if args.members else ""))
     step = compile_train_step(config, members=args.members)
-    hlo = step.compiled.as_text()
+    hlo = step.executable.as_text()
     with tempfile.TemporaryDirectory() as trace_dir:
         step_s, wall_s, path = profile(step, args.steps, Path(trace_dir))
         with gzip.open(path) as file:

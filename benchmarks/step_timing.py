@@ -15,25 +15,24 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+from flax import nnx
 
-from pe_research import cpu_heap, data
-from pe_research.errors import UsageError
-from pe_research.mesh import data_mesh, ensemble_mesh, member_batch_sharded, member_sharded
+from pe_research import data, runtime
+from pe_research.core.errors import UsageError
 from pe_research.model import build_model
+from pe_research.runtime import data_mesh, ensemble_mesh, member_batch_sharded, member_sharded
 from pe_research.tasks import get_task
 from pe_research.training.ensemble import stack
-from pe_research.training.leaf_state import OverLeaves, to_leaves
-from pe_research.training.optimizer import make_optimizer
-from pe_research.training.steps import Keyed, initial_train_state, make_ensemble_steps, make_steps
+from pe_research.training.step import initial_train_state, make_steps
 
 # Dense bf16 peak FLOP/s of known accelerators (for MFU); CPUs report FLOP/s only.
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
 
 
 def run(main: Callable[[], None]) -> None:
-    """Run a benchmark's ``main`` (with ``PE_RESEARCH_CPU_HEAP=1``, the trainer's CPU settings:
-    ``cpu_heap``); a bad config or argument ends it with one line and exit 2."""
-    cpu_heap.before_backends()
+    """Run a benchmark's ``main`` after ``runtime.setup()`` (no compilation cache: compile
+    times are measured); a bad config or argument ends it with one line and exit 2."""
+    runtime.setup(compilation_cache=False)
     try:
         main()
     except UsageError as error:  # ConfigError is one: it names the key and what would work
@@ -117,9 +116,8 @@ def timed(call: Callable, state: Any, inputs: Sequence[Any], steps: int, blocks:
           per_call: int = 1) -> tuple[float, float]:
     """(compile + first call seconds, median seconds per step over ``blocks`` blocks of about
     ``steps`` steps); ``call(state, inputs[i], step) -> (state, metrics)`` runs ``per_call``
-    steps on one entry of ``inputs`` (a batch, or a list of ``per_call`` batches for
-    ``Steps.train_many``), the state being the leaves of (params, opt_state) as the trainer
-    holds them (``leaf_state``)."""
+    steps on one entry of ``inputs`` (a list of ``per_call`` batches), the state being the
+    leaves of (params, opt_state) as the trainer's ``CompiledStep`` holds them."""
     start = time.perf_counter()
     state, metrics = call(state, inputs[0], 0)
     jax.block_until_ready(metrics)
@@ -138,50 +136,43 @@ def timed(call: Callable, state: Any, inputs: Sequence[Any], steps: int, blocks:
     return compile_s, statistics.median(per_step)
 
 
-def program(steps: Any, per_call: int) -> Callable:
-    """The jitted function that runs ``per_call`` train steps per call: ``train`` or
-    ``train_many``, as the trainer picks them."""
-    return steps.train if per_call == 1 else steps.train_many
+def as_called(step: Any, program: Callable | None = None) -> Callable:
+    """``(state, batches, first_step) -> (state, metrics)``: ``step``'s program (or a compiled
+    form of it) called as the ``CompiledStep`` calls it, with the run's keys as arguments."""
+    program = program or step.program
+    return lambda state, batches, first_step: program(state, list(batches), first_step,
+                                                      *step.trailing)
 
 
-def on_leaves(steps: Any, per_call: int, params: Any, opt_state: Any,
-              ) -> tuple[OverLeaves, list[jax.Array]]:
-    """``program`` as the trainer calls it, on the state's leaves (``leaf_state``): the
-    function ``(leaves, inputs, step) -> (leaves, metrics)`` and the leaves."""
-    leaves, treedef = to_leaves(params, opt_state)
-    return OverLeaves(program(steps, per_call), treedef), leaves
-
-
-def groups(batches: Sequence[Any], per_call: int) -> list[Any]:
-    """What each call takes: the batches themselves, or consecutive lists of ``per_call``."""
-    if per_call == 1:
-        return list(batches)
-    return [list(batches[i:i + per_call]) for i in range(0, len(batches), per_call)]
+def groups(batches: Sequence[Any], per_call: int) -> list[list[Any]]:
+    """What each call takes: consecutive lists of ``per_call`` batches."""
+    return [list(batches[i:i + per_call]) for i in range(0, len(batches) - per_call + 1,
+                                                         per_call)]
 
 
 @dataclasses.dataclass
-class CompiledStep:
-    """One config's train step (or ``per_call`` steps in one call), compiled ahead of time as
-    the trainer runs it (on the state's leaves), with what it runs on."""
+class TimedStep:
+    """One config's train step (``per_call`` steps per call), compiled ahead of time as the
+    trainer runs it, with what it runs on."""
 
-    steps: Any  # the ``make_steps`` bundle (its ``train`` is the jitted step)
+    steps: Any  # the ``make_steps`` bundle (its ``train`` is the ``CompiledStep``)
     compiled: Callable  # (state, inputs[i], step) -> (state, metrics)
+    executable: Any  # the compiled program (memory and cost analysis, HLO text)
     state: list  # the leaves of (params, opt_state); a call donates them
-    treedef: Any  # rebuilds (params, opt_state) from ``state``
     batches: list[dict]
     compile_s: float
     per_call: int = 1
     flops: float | None = None  # one step's, from the lowered program (``program_flops``)
 
     @property
-    def inputs(self) -> list[Any]:
+    def inputs(self) -> list[list[dict]]:
         """What each call of ``compiled`` takes (``groups`` of ``batches``)."""
         return groups(self.batches, self.per_call)
 
 
 def ensemble_train_state(config, members: int, batch_count: int):
     """``members`` copies of ``config`` with seeds 0..M-1 in one program, as ``pe-research
-    sweep`` trains them: (ensemble steps, ``[M, ...]`` params and optimizer state, member-stacked
+    sweep`` trains them: (ensemble steps holding the ``[M, ...]`` state, member-stacked
     batches, each member's own, sharded over the members' mesh)."""
     task = get_task(config.task.to_dict(), config.data.to_dict())
     vocab = task.vocabulary.size
@@ -191,51 +182,52 @@ def ensemble_train_state(config, members: int, batch_count: int):
         member = copy.deepcopy(config)
         member.seed = seed
         configs.append(member)
-    steps = [make_steps(build_model(c, vocab), c.train, c.seed, mesh) for c in configs]
-    member_params = [params for _, params in steps]
+    split = [nnx.split(build_model(c, vocab), nnx.Param, ...) for c in configs]
+    steps = make_steps(split[0][0], split[0][2], config.train, mesh, list(range(members)),
+                       ensemble=True)
+    member_params = [params for _, params, _ in split]
     params = jax.device_put(stack(member_params), member_sharded(mesh))
-    opt_state = jax.device_put(stack([make_optimizer(config.train).init(p)
-                                      for p in member_params]), member_sharded(mesh))
-    ensemble = make_ensemble_steps(steps[0][0].graphdef, steps[0][0].rest, config.train,
-                                   list(range(members)), None, mesh)
+    opt_state = jax.device_put(stack([steps.optimizer.init(p) for p in member_params]),
+                               member_sharded(mesh))
+    steps.train.hold(params, opt_state)
     batches = [jax.device_put(data.stack_batches(
         [data.train_batch(task, c.data, c.seed, i) for c in configs]),
         member_batch_sharded(mesh)) for i in range(batch_count)]
-    return ensemble, params, opt_state, batches
+    return steps, batches
+
+
+def train_state(config, batch_count: int):
+    """A single run's steps (holding its fresh state) and its first batches."""
+    task = get_task(config.task.to_dict(), config.data.to_dict())
+    mesh = data_mesh()
+    steps, params, opt_state = initial_train_state(config, task.vocabulary.size, mesh)
+    steps.train.hold(params, opt_state)
+    batches = [data.global_batch(data.train_batch(task, config.data, config.seed, i), mesh)
+               for i in range(batch_count)]
+    return steps, batches
 
 
 def lower_train_step(config, batch_count: int = 4, per_call: int = 1, members: int = 0):
     """``config``'s train step (``per_call`` steps per call; with ``members``, the ensemble
-    step of that many seeds) on the state's leaves, lowered for its first batches: (steps,
-    lowered program, the function lowered, its state, batches, seconds the lowering took)."""
+    step of that many seeds) lowered for its first batches: (steps, lowered program, batches,
+    seconds the lowering took)."""
     batch_count = max(batch_count, 2 * per_call)
-    if members:
-        compiled_steps, params, opt_state, batches = ensemble_train_state(config, members,
-                                                                          batch_count)
-    else:
-        task = get_task(config.task.to_dict(), config.data.to_dict())
-        mesh = data_mesh()
-        compiled_steps, params, opt_state = initial_train_state(config, task.vocabulary.size,
-                                                                mesh)
-        batches = [data.global_batch(data.train_batch(task, config.data, config.seed, i), mesh)
-                   for i in range(batch_count)]
+    steps, batches = (ensemble_train_state(config, members, batch_count) if members
+                      else train_state(config, batch_count))
     start = time.perf_counter()
-    function, state = on_leaves(compiled_steps, per_call, params, opt_state)
-    lowered = function.jitted.lower(state, groups(batches, per_call)[0], 0,
-                                    *function.step.trailing)
-    return compiled_steps, lowered, function, state, batches, time.perf_counter() - start
+    lowered = steps.train.lower(batches[:per_call])
+    return steps, lowered, batches, time.perf_counter() - start
 
 
 def compile_train_step(config, batch_count: int = 4, per_call: int = 1,
-                       members: int = 0) -> CompiledStep:
-    """Build ``config``'s model and optimizer and compile its train step (timed); with
-    ``per_call`` > 1, ``Steps.train_many`` over that many batches, as ``train.steps_per_call``
-    runs it; with ``members``, the ensemble step of that many seeds."""
-    compiled_steps, lowered, function, state, batches, lowering_s = lower_train_step(
-        config, batch_count, per_call, members)
+                       members: int = 0) -> TimedStep:
+    """Build ``config``'s model and optimizer and compile its train step (timed): ``per_call``
+    steps per call, as ``train.steps_per_call`` runs them; with ``members``, the ensemble step
+    of that many seeds."""
+    steps, lowered, batches, lowering_s = lower_train_step(config, batch_count, per_call,
+                                                           members)
     start = time.perf_counter()
-    # the run's keys are arguments of the program (``Keyed``): the compiled one takes them too
-    compiled = Keyed(lowered.compile(), function.step.trailing)
-    return CompiledStep(compiled_steps, compiled, state, function.treedef, batches,
-                        time.perf_counter() - start + lowering_s, per_call,
-                        program_flops(lowered))
+    executable = lowered.compile()
+    return TimedStep(steps, as_called(steps.train, executable), executable, steps.train.leaves,
+                     batches, time.perf_counter() - start + lowering_s, per_call,
+                     program_flops(lowered))

@@ -52,7 +52,7 @@ from step_timing import (
 )
 
 from pe_research.config import collect_overrides, load_config
-from pe_research.errors import ConfigError, UsageError
+from pe_research.core.errors import ConfigError, UsageError
 from pe_research.evaluation.memory import device_memory_bytes
 from pe_research.tasks import get_task
 from pe_research.tasks.corpora import write_stdlib_corpus
@@ -108,7 +108,7 @@ def measure(config, steps: int, per_call: int) -> dict:
     """Compile time, median step time, tokens per step, FLOPs of one step and memory of
     ``per_call`` train steps per call."""
     step = compile_train_step(config, per_call=per_call)
-    needed, limit = step_memory_gb(step.compiled), device_memory_bytes(jax.devices()[0]) / 2**30
+    needed, limit = step_memory_gb(step.executable), device_memory_bytes(jax.devices()[0]) / 2**30
     if needed and needed > limit:  # running it would fail, or swap for hours on a host
         raise MemoryError(f"skipped: its step needs {needed:.1f} GB, the device has {limit:.1f}")
     _, step_s = timed(step.compiled, step.state, step.inputs, steps, per_call=per_call)

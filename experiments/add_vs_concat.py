@@ -35,10 +35,10 @@ from matplotlib.figure import Figure
 from pe_research.config import collect_overrides, load_config
 from pe_research.evaluation.compare import aggregate, compare_runs, load_curve
 from pe_research.evaluation.group_summary import summarize_group
-from pe_research.evaluation.metrics import METRICS
 from pe_research.evaluation.plots import mark_training_range, metric_label
 from pe_research.evaluation.results import evaluate_and_write
 from pe_research.model import abstract_model
+from pe_research.model.metrics import METRICS
 from pe_research.tasks import get_task
 from pe_research.training.loop import train
 

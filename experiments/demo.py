@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from pe_research.cli.app import main as cli_main
     from pe_research.evaluation.compare import comparison, comparison_finding
-    from pe_research.evaluation.metrics import HEADLINE, METRICS
+    from pe_research.model.metrics import HEADLINE, METRICS
     from pe_research.sweeps.state import SweepDir, refresh
 
     started = time.perf_counter()

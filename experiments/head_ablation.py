@@ -35,10 +35,9 @@ from tqdm import tqdm
 
 from pe_research.cli.eval import parse_lengths
 from pe_research.cli.script import run_script, write_outputs
-from pe_research.config import load_run_config
+from pe_research.core.errors import UsageError
 from pe_research.data import covering_buckets
-from pe_research.errors import UsageError
-from pe_research.evaluation.length_ranges import lengths_text, range_means
+from pe_research.evaluation.group_summary import lengths_text, range_means
 from pe_research.evaluation.range_eval import PROGRESS_DELAY_S, run_evaluator
 from pe_research.evaluation.results import cached_exact_match, read_exact_match, write_results
 from pe_research.model.ablation import (
@@ -48,7 +47,7 @@ from pe_research.model.ablation import (
     site_layers,
 )
 from pe_research.runs.restore import load_run
-from pe_research.runs.run_dir import grid_point_runs
+from pe_research.runs.run_dir import grid_point_runs, load_run_config
 
 
 def run_heads(config: Any, layers: tuple[int, ...] | None) -> list[tuple[str, int, int]]:

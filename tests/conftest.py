@@ -113,9 +113,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(config.stash[OWN_CACHE], ignore_errors=True)
 
 
+def experiment_path(name: str) -> Path:
+    """``experiments/<name>.py``, or a study's ``experiments/studies/<topic>/<name>.py``."""
+    found = [REPO / "experiments" / f"{name}.py",
+             *sorted((REPO / "experiments" / "studies").glob(f"*/{name}.py"))]
+    return next(path for path in found if path.is_file())
+
+
 def load_experiment(name: str) -> types.ModuleType:
     """The script ``experiments/<name>.py`` imported as a module (its ``main`` not run)."""
-    spec = importlib.util.spec_from_file_location(name, REPO / "experiments" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, experiment_path(name))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

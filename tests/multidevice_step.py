@@ -13,9 +13,9 @@ import numpy as np
 
 from pe_research import data
 from pe_research.config import load_config
-from pe_research.mesh import data_mesh
+from pe_research.runtime import data_mesh
 from pe_research.tasks import get_task
-from pe_research.training.steps import initial_train_state
+from pe_research.training.step import initial_train_state
 
 
 def run(config, devices, steps: int):
@@ -23,12 +23,14 @@ def run(config, devices, steps: int):
     mesh = data_mesh(devices)
     task = get_task(config.task.to_dict(), config.data.to_dict())
     step_fns, params, opt_state = initial_train_state(config, task.vocabulary.size, mesh)
+    step_fns.train.hold(params, opt_state)
     losses, shards = [], 0
     for step in range(steps):
         batch = data.global_batch(data.train_batch(task, config.data, config.seed, step), mesh)
         shards = len(batch["source"].addressable_shards)
-        params, opt_state, metrics = step_fns.train(params, opt_state, batch, step)
-        losses.append(float(metrics["loss"]))
+        metrics = step_fns.train([batch], step)
+        losses.append(float(metrics["loss"][0]))
+    params, _ = step_fns.train.state()
     leaves = [np.asarray(leaf) for leaf in jax.tree.leaves(params)]
     return losses, leaves, shards, len(jax.tree.leaves(params)[0].sharding.device_set)
 

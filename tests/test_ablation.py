@@ -12,20 +12,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import REPO, subprocess_env
+from conftest import REPO, experiment_path, subprocess_env
 from flax import nnx
 from test_architectures import logits_of, ragged_batch
 from tiny_models import spread_parameters, tiny_config
 
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.evaluation.range_eval import evaluate_run
 from pe_research.model import SingleStackTransformer
 from pe_research.model.decoding import greedy_decode, naive_greedy_decode
+from pe_research.model.inputs import batch_positions
 from pe_research.model.transformer import Seq2SeqTransformer
 from pe_research.runs.restore import load_run
-from pe_research.training.steps import batch_positions
 
-SCRIPT = REPO / "experiments" / "head_ablation.py"
+SCRIPT = experiment_path("head_ablation")
 # (architecture, model.ablated_heads, the attention modules it names: (layer list, index, attr))
 CASES = [
     ("decoder_only", "1:0", [("layers", 1, "self_attention", 0)]),

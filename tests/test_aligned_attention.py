@@ -10,12 +10,18 @@ import sys
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import DEFAULT_CONFIG, REPO, subprocess_env, tiny_overrides
+from conftest import (
+    DEFAULT_CONFIG,
+    REPO,
+    experiment_path,
+    load_experiment,
+    subprocess_env,
+    tiny_overrides,
+)
 from flax import nnx
 from tiny_models import tiny_config
 
 from pe_research import data
-from pe_research.analysis.alignment import ALIGNED_SOURCE, aligned_pairs, aligned_weights, pointer
 from pe_research.analysis.decomposition import decompose
 from pe_research.config import load_config
 from pe_research.evaluation.range_eval import evaluate_run
@@ -25,7 +31,11 @@ from pe_research.tasks import get_task
 from pe_research.tasks.registry import default_task_config
 from pe_research.training.loop import train
 
-SCRIPT = REPO / "experiments" / "aligned_attention.py"
+SCRIPT = experiment_path("aligned_attention")
+
+_experiment = load_experiment("aligned_attention")
+ALIGNED_SOURCE, aligned_pairs = _experiment.ALIGNED_SOURCE, _experiment.aligned_pairs
+aligned_weights, pointer = _experiment.aligned_weights, _experiment.pointer
 
 
 def task_batch(task_name: str, lengths: tuple[int, ...], tmp_path) -> dict[str, np.ndarray]:

@@ -10,7 +10,7 @@ from tiny_models import arange_positions, random_inputs, tiny_config, tiny_model
 
 from pe_research.analysis.vectors import input_parts
 from pe_research.config import base_config
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.evaluation.compare import load_curve
 from pe_research.positional.sinusoidal import sinusoidal
 from pe_research.tasks import get_task

@@ -11,7 +11,7 @@ from safetensors.numpy import save_file
 
 from pe_research.analysis import embedding_report
 from pe_research.cli import main
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 
 POSITIONS, WIDTH, VOCAB = 256, 32, 10
 R, S = 3.0, 1.0  # radii of the two circles: every row has norm sqrt(R^2 + S^2)

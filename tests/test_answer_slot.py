@@ -11,29 +11,33 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import DEFAULT_CONFIG, REPO, subprocess_env, tiny_overrides
+from conftest import (
+    DEFAULT_CONFIG,
+    REPO,
+    experiment_path,
+    load_experiment,
+    subprocess_env,
+    tiny_overrides,
+)
 from flax import nnx
 from test_aligned_attention import task_batch
 from tiny_models import tiny_config
 
 from pe_research import data
-from pe_research.analysis.answer_slot import (
-    end_indices,
-    follow_head,
-    head_on,
-    joint_positions,
-    slot_rows,
-    trained_last_positions,
-)
 from pe_research.analysis.decomposition import decompose
 from pe_research.config import load_config
 from pe_research.evaluation.range_eval import evaluate_run
 from pe_research.model import SingleStackTransformer
+from pe_research.model.inputs import batch_positions
 from pe_research.runs.restore import load_run
 from pe_research.training.loop import train
-from pe_research.training.steps import batch_positions
 
-SCRIPT = REPO / "experiments" / "answer_attention.py"
+SCRIPT = experiment_path("answer_attention")
+_experiment = load_experiment("answer_attention")
+end_indices, follow_head, head_on = (_experiment.end_indices, _experiment.follow_head,
+                                     _experiment.head_on)
+joint_positions, slot_rows = _experiment.joint_positions, _experiment.slot_rows
+trained_last_positions = _experiment.trained_last_positions
 
 
 def test_the_end_indices_hold_the_first_and_last_source_tokens(tmp_path):

@@ -9,15 +9,15 @@ import pytest
 from flax import nnx
 from tiny_models import VOCAB, tiny_config
 
-from pe_research.errors import ConfigError
-from pe_research.evaluation.metrics import token_cross_entropy
+from pe_research.core.errors import ConfigError
 from pe_research.model import SingleStackTransformer
 from pe_research.model.decoding import greedy_decode, naive_greedy_decode
+from pe_research.model.inputs import batch_positions
+from pe_research.model.metrics import token_cross_entropy
 from pe_research.model.single_stack import pack, self_visible, target_slots
 from pe_research.positional import SCHEMES
 from pe_research.positional.randomize import make_positions, random_positions
-from pe_research.special_tokens import BOS_ID, EOS_ID
-from pe_research.training.steps import batch_positions
+from pe_research.tasks.vocabulary import BOS_ID, EOS_ID
 
 ARCHITECTURES = ("encoder_only", "decoder_only")
 SCHEMES_TO_CHECK = ("none", "sinusoidal", "learned", "rope", "alibi", "t5", "fire", "cope")

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from pe_research.atomic_files import atomic_open, atomic_savefig, atomic_write_text  # noqa: E402
+from pe_research.core.atomic_files import atomic_open, atomic_savefig, atomic_write_text  # noqa: E402
 from pe_research.runs.tracking import JsonlWriter  # noqa: E402
 
 

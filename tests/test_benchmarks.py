@@ -316,7 +316,7 @@ def test_ensemble_speed_prints_one_row_per_member_count():
                      "--steps-per-call", "2", "--config.model.d_model=16",
                      "--config.model.d_ff=32", "--config.data.batch_size=8",
                      "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1")
-    assert "2 timed steps x 3 blocks, 2 per call" in out  # both programs run Steps.train_many
+    assert "2 timed steps x 3 blocks, 2 per call" in out  # both programs run two steps per call
     rows = [line for line in out.splitlines() if line.startswith("| ") and "members" not in line]
     assert [row.split("|")[1].strip() for row in rows] == ["1", "2"]
     assert "single run:" in out

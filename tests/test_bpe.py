@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 from conftest import REPO, run_train, subprocess_env  # noqa: E402
 
 from pe_research import cli  # noqa: E402
-from pe_research.errors import ConfigError  # noqa: E402
+from pe_research.core.errors import ConfigError  # noqa: E402
 from pe_research.evaluation.range_eval import evaluate_run  # noqa: E402
 from pe_research.runs.restore import load_run  # noqa: E402
 from pe_research.tasks import get_task  # noqa: E402

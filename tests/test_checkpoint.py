@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.runs.checkpoint import CORRUPT_DIR, Checkpointer, abstract_like
 
 

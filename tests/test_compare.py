@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from pe_research import cli
-from pe_research.config import base_config, save_config
-from pe_research.errors import ConfigError
+from pe_research.config import base_config
+from pe_research.core.errors import ConfigError
 from pe_research.evaluation.compare import (
     compare_runs,
     eval_settings,
@@ -22,13 +22,14 @@ from pe_research.evaluation.compare import (
     load_curve,
     natural_key,
 )
-from pe_research.evaluation.metrics import wilson_interval
 from pe_research.evaluation.plots import mark_training_ranges, plot_comparison
 from pe_research.evaluation.range_eval import EvalResult, LengthResult
 from pe_research.evaluation.results import write_results
-from pe_research.mesh import data_mesh
+from pe_research.model.metrics import wilson_interval
 from pe_research.runs.restore import LoadedRun
+from pe_research.runs.run_dir import save_config
 from pe_research.runs.tracking import JsonlWriter
+from pe_research.runtime import data_mesh
 from pe_research.sweeps.report import separating_keys, varying_keys
 
 LENGTHS = (2, 4, 6, 8)  # trained on 1-4: lengths 6 and 8 are out of distribution

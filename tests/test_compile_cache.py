@@ -1,4 +1,4 @@
-"""The persistent compilation cache (compile_cache.py): where it goes, how it is switched off, and
+"""The persistent compilation cache (``runtime.setup``): where it goes, how it is switched off, and
 that a second process loads the first one's programs and trains to the same numbers."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO, run_train, subprocess_env, tiny_overrides
 
-from pe_research import compile_cache
+from pe_research import runtime
 
-PROBE = ("import jax; from pe_research import compile_cache as c; d = c.enable(); "
+PROBE = ("import jax; from pe_research import runtime; d = runtime.setup(); "
          "print(d); print(jax.config.values['jax_compilation_cache_dir']); "
          "print(jax.config.values['jax_persistent_cache_min_compile_time_secs']); "
          "print(jax.config.values['jax_compilation_cache_max_size'])")
@@ -28,7 +28,7 @@ def cache_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def probe(env: dict[str, str]) -> tuple[list[str], str]:
-    """What ``enable`` returned and what it left in JAX's config, in a fresh process."""
+    """What ``setup`` returned and what it left in JAX's config, in a fresh process."""
     result = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
                             env=env, cwd=REPO, timeout=120, check=True)
     return result.stdout.split("\n")[:4], result.stderr
@@ -39,20 +39,20 @@ def test_the_host_tag_names_the_cpu(tmp_path):
     one.write_text("processor : 0\nmodel name : CPU A\nflags : fpu sse2 avx2\n\n"
                    "processor : 1\nmodel name : CPU A\nflags : fpu sse2 avx2\n")
     other.write_text("processor : 0\nmodel name : CPU A\nflags : fpu sse2 avx2 avx512f\n")
-    tag = compile_cache.host_tag(one)
+    tag = runtime.host_tag(one)
     assert len(tag) == 12 and int(tag, 16) >= 0
-    assert tag == compile_cache.host_tag(one)
-    assert tag != compile_cache.host_tag(other)  # one more instruction set: another cache
-    assert len(compile_cache.host_tag(tmp_path / "absent")) == 12
+    assert tag == runtime.host_tag(one)
+    assert tag != runtime.host_tag(other)  # one more instruction set: another cache
+    assert len(runtime.host_tag(tmp_path / "absent")) == 12
 
 
 def test_by_default_the_cache_is_under_the_user_cache_directory(tmp_path):
     (returned, configured, min_seconds, max_size), _ = probe(cache_env(tmp_path))
-    expected = tmp_path / "xdg" / "pe_research" / f"jax-{compile_cache.host_tag()}"
+    expected = tmp_path / "xdg" / "pe_research" / f"jax-{runtime.host_tag()}"
     assert returned == configured == str(expected)
     assert expected.is_dir()
-    assert float(min_seconds) == compile_cache.MIN_COMPILE_SECONDS
-    assert int(max_size) == compile_cache.MAX_BYTES
+    assert float(min_seconds) == runtime.MIN_COMPILE_SECONDS
+    assert int(max_size) == runtime.MAX_CACHE_BYTES
 
 
 @pytest.mark.parametrize("setting", ["0", "off", "OFF"])

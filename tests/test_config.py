@@ -13,13 +13,12 @@ from pe_research.config import (
     base_config,
     collect_overrides,
     load_config,
-    load_run_config,
-    save_config,
     to_dict,
 )
 from pe_research.config.files import from_mapping
 from pe_research.config.validate import validate_config
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
+from pe_research.runs.run_dir import load_run_config, save_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 DEFAULT = CONFIGS / "default.py"

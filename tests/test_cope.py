@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 from tiny_models import random_inputs, tiny_config, tiny_model
 
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.positional import (
     CROSS,
     DECODER_SELF,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pe_research import data
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.tasks import Examples, default_task_config, get_task
 
 BUCKETS = (8, 16, 32, 64, 128)

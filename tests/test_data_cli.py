@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pe_research.cli import data as data_cli
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.tasks import TASKS
 
 REPO = Path(__file__).resolve().parents[1]

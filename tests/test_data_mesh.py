@@ -14,7 +14,7 @@ from conftest import subprocess_env
 from jax.sharding import Mesh, PartitionSpec
 
 from pe_research import data
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.tasks import default_task_config, get_task
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,8 +9,8 @@ from conftest import DEFAULT_CONFIG, tiny_overrides
 from flax import nnx
 
 from pe_research.config import load_config
+from pe_research.core.errors import ConfigError
 from pe_research.data import stack_batches
-from pe_research.errors import ConfigError
 from pe_research.runs.checkpoint import Checkpointer
 from pe_research.runs.restore import load_run
 from pe_research.runs.tracking import read_metrics

@@ -16,16 +16,17 @@ from flax import nnx
 from tiny_models import VOCAB, arange_positions, random_inputs, spread_parameters, tiny_config
 
 from pe_research.config import load_config
-from pe_research.errors import UsageError
-from pe_research.evaluation.metrics import METRICS, Outputs, range_metrics
+from pe_research.core.errors import UsageError
 from pe_research.evaluation.range_eval import evaluate_run
 from pe_research.model import Seq2SeqTransformer, SingleStackTransformer
 from pe_research.model.decoding import PAD_ID, greedy_decode, naive_greedy_decode
+from pe_research.model.inputs import forward
+from pe_research.model.metrics import METRICS, Outputs, range_metrics
 from pe_research.runs.restore import load_run
 from pe_research.runs.run_dir import RunDir
-from pe_research.special_tokens import BOS_ID, EOS_ID
+from pe_research.tasks.vocabulary import BOS_ID, EOS_ID
 from pe_research.training.optimizer import make_optimizer
-from pe_research.training.steps import forward, step_functions
+from pe_research.training.step import step_functions
 
 BATCH, SOURCE_LEN, TARGET_LEN = 6, 7, 10
 # A token each spread model emits early in some rows: the end token of the decoding tests.
@@ -128,10 +129,10 @@ def test_without_predict_eos_the_loss_skips_the_end_token():
     real, stop = np.asarray(batch["target_mask"]), np.asarray(batch["target_output"]) == EOS_ID
     train = load_config(DEFAULT_CONFIG).train.to_dict()
     for predict_eos, scored in ((True, real), (False, real & ~stop)):
+        optimizer = make_optimizer(train)
         train_step, _ = step_functions(graphdef, rest, {**train, "predict_eos": predict_eos},
-                                       {"train": 0, "evaluate": 0})
-        _, _, metrics = train_step(params, make_optimizer(train).init(params), batch, 0,
-                                   jax.random.key(0))
+                                       optimizer)
+        _, _, metrics = train_step(params, optimizer.init(params), batch, 0, jax.random.key(0))
         np.testing.assert_allclose(metrics["loss"], losses[scored].mean(), rtol=1e-5)
     assert losses[stop].mean() > 0.1  # the end tokens' loss is not negligible: the two differ
 

@@ -15,13 +15,13 @@ from flax import nnx
 
 from pe_research import cli, data
 from pe_research.config import base_config
-from pe_research.errors import ConfigError
-from pe_research.evaluation.metrics import wilson_interval
+from pe_research.core.errors import ConfigError
 from pe_research.evaluation.range_eval import RangeEvaluator, evaluate_run
-from pe_research.mesh import data_mesh
 from pe_research.model import build_model
+from pe_research.model.metrics import wilson_interval
 from pe_research.runs.restore import load_run
 from pe_research.runs.tracking import read_metrics
+from pe_research.runtime import data_mesh
 from pe_research.tasks import get_task
 
 LENGTHS = (4, 6, 8, 12)  # with buckets (8, 16, 32): two source buckets, so two shapes

@@ -10,7 +10,7 @@ import pytest
 from pe_research.evaluation.compare import RunCurve, aggregate
 from pe_research.evaluation.finding import comparison_finding, describe_comparison
 from pe_research.evaluation.group_summary import summarize_group
-from pe_research.evaluation.metrics import METRICS
+from pe_research.model.metrics import METRICS
 
 LENGTHS = np.arange(1, 13)  # trained on 1-6, evaluated to 12
 HOLDS = [1.0] * 6 + [0.9, 0.8, 0.6, 0.4, 0.2, 0.1]  # beyond 6: mean 0.5, 0.8 at 8
@@ -131,7 +131,7 @@ def test_perplexity_sentence_names_who_holds_at_the_longest_window(flat, rising)
 
 
 def test_names_holding_commas_are_listed_with_semicolons():
-    from pe_research.evaluation.wording import name_list
+    from pe_research.evaluation.finding import name_list
 
     assert name_list(["rope"]) == "rope"
     assert name_list(["rope", "alibi", "t5"]) == "rope, alibi and t5"

@@ -1,5 +1,6 @@
-"""experiments/fine_tuning_curves.py: step 0 is the source under the run's test-time settings,
-later steps the run's own checkpoints, each equal to the evaluator's numbers."""
+"""The fine-tuning curves script (experiments/studies/rope_finetuning/): step 0 is the source
+under the run's test-time settings, later steps the run's own checkpoints, each equal to the
+evaluator's numbers."""
 
 from __future__ import annotations
 
@@ -10,15 +11,22 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import DEFAULT_CONFIG, REPO, load_experiment, subprocess_env, tiny_overrides
+from conftest import (
+    DEFAULT_CONFIG,
+    REPO,
+    experiment_path,
+    load_experiment,
+    subprocess_env,
+    tiny_overrides,
+)
 
 from pe_research.config import load_config
-from pe_research.errors import UsageError
+from pe_research.core.errors import UsageError
 from pe_research.evaluation.range_eval import evaluate_run
 from pe_research.runs.restore import load_run
 from pe_research.training.loop import train
 
-SCRIPT = REPO / "experiments" / "fine_tuning_curves.py"
+SCRIPT = experiment_path("fine_tuning_curves")
 LENGTHS = (2, 8, 12, 16)
 
 

@@ -11,16 +11,16 @@ import pytest
 from conftest import DEFAULT_CONFIG, tiny_overrides
 
 from pe_research.config import load_config
-from pe_research.errors import ConfigError
-from pe_research.mesh import data_mesh, replicated
+from pe_research.core.errors import ConfigError
 from pe_research.runs.checkpoint import Checkpointer
 from pe_research.runs.init_from import check_init_source, source_dir
 from pe_research.runs.restore import load_run, run_task
 from pe_research.runs.run_dir import RunDir
 from pe_research.runs.tracking import read_metrics
+from pe_research.runtime import data_mesh, replicated
 from pe_research.training.ensemble import train_ensemble
 from pe_research.training.loop import start_from_source, train
-from pe_research.training.steps import initial_train_state
+from pe_research.training.step import initial_train_state
 
 STEPS = 4
 
@@ -62,8 +62,9 @@ def test_start_from_source_takes_the_checkpoints_weights_and_a_fresh_optimizer(s
     assert source_dir(config) == sources / "seed_1"
     task = run_task(config, sources / "seed_1")
     mesh = data_mesh()
-    _, params, _ = initial_train_state(config, task.vocabulary.size, mesh)
-    params, opt_state, record = start_from_source(config, task, None, params, replicated(mesh))
+    steps, params, _ = initial_train_state(config, task.vocabulary.size, mesh)
+    params, opt_state, record = start_from_source(config, task, None, params, replicated(mesh),
+                                                  steps.optimizer)
     assert record == {"run": str(sources / "seed_1"), "step": 20, "model_changes": {
         "model.pe.scaling.factor": [1.0, 2.0], "model.pe.scaling.type": ["none", "pi"]}}
     for got, want in zip(jax.tree.leaves(params), params_of(sources / "seed_1"), strict=True):

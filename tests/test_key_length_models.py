@@ -21,7 +21,7 @@ from pe_research.model import Seq2SeqTransformer, SingleStackTransformer
 from pe_research.model import attention as attention_module
 from pe_research.model.decoding import greedy_decode
 from pe_research.model.masks import PrefixMask
-from pe_research.special_tokens import PAD_ID
+from pe_research.tasks.vocabulary import PAD_ID
 
 TARGET_LENGTHS = (7, 4, 1)  # real target tokens per row; the third row is nearly all padding
 

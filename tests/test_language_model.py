@@ -19,14 +19,14 @@ from conftest import REPO, load_experiment, run_train, subprocess_env  # noqa: E
 
 from pe_research import cli, data  # noqa: E402
 from pe_research.config import base_config, validate_config  # noqa: E402
-from pe_research.errors import ConfigError, UsageError  # noqa: E402
-from pe_research.evaluation.metrics import METRICS, summarize  # noqa: E402
+from pe_research.core.errors import ConfigError, UsageError  # noqa: E402
 from pe_research.evaluation.range_eval import evaluate_members, evaluate_run  # noqa: E402
 from pe_research.evaluation.results import read_results  # noqa: E402
+from pe_research.model.inputs import batch_positions, eval_position_key  # noqa: E402
+from pe_research.model.metrics import METRICS, summarize  # noqa: E402
 from pe_research.runs.restore import load_run  # noqa: E402
 from pe_research.tasks import get_task  # noqa: E402
 from pe_research.tasks.corpora import stdlib_sources, write_stdlib_corpus  # noqa: E402
-from pe_research.training.steps import batch_positions, eval_position_key  # noqa: E402
 
 LM_CONFIG = REPO / "configs" / "language_model.py"
 TEXT = "".join(f"def f{i}(x):\n    return x * {i} + {i % 7}\n\n" for i in range(60))

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pe_research.evaluation.length_ranges import lengths_text, range_means
+from pe_research.evaluation.group_summary import lengths_text, range_means
 
 
 def test_range_means_split_at_the_longest_training_length():

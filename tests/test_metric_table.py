@@ -13,7 +13,8 @@ import pytest
 
 from pe_research.cli.eval import format_table
 from pe_research.evaluation.compare import compare_runs
-from pe_research.evaluation.metrics import (
+from pe_research.evaluation.results import evaluate_and_write
+from pe_research.model.metrics import (
     METRICS,
     Metric,
     Outputs,
@@ -22,7 +23,6 @@ from pe_research.evaluation.metrics import (
     summarize,
     unregister,
 )
-from pe_research.evaluation.results import evaluate_and_write
 
 LENGTHS = (4, 8, 12)  # the tiny run trains on 1-8
 
@@ -87,8 +87,8 @@ def test_output_token_accuracy_counts_output_tokens_only():
     """Hand-made batch: the EOS slot and everything after it are excluded."""
     import jax.numpy as jnp
 
-    from pe_research.evaluation.metrics import METRICS, Outputs, example_sums
-    from pe_research.special_tokens import EOS_ID
+    from pe_research.model.metrics import METRICS, Outputs, example_sums
+    from pe_research.tasks.vocabulary import EOS_ID
 
     targets = jnp.asarray([[5, 6, 7, EOS_ID, 0], [8, EOS_ID, 0, 0, 0]])
     mask = jnp.asarray([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0]], bool)

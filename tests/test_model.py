@@ -14,8 +14,8 @@ from tiny_models import (
     tiny_model,
 )
 
-from pe_research.evaluation.metrics import token_cross_entropy
 from pe_research.model.layers import DRAWS, dropout, keep_mask
+from pe_research.model.metrics import token_cross_entropy
 
 
 @pytest.mark.parametrize("scheme", ["sinusoidal", "learned"])

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import pytest
 from tiny_models import forward, random_inputs, tiny_config, tiny_model
 
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.positional import SCHEMES, default_pe_config
 from pe_research.positional.learned import Learned
 

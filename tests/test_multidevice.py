@@ -15,11 +15,11 @@ from flax import nnx
 
 from pe_research import data
 from pe_research.config import load_config
-from pe_research.mesh import data_mesh
 from pe_research.runs.restore import load_run
 from pe_research.runs.tracking import read_metrics
+from pe_research.runtime import data_mesh
 from pe_research.tasks import get_task
-from pe_research.training.steps import initial_train_state
+from pe_research.training.step import initial_train_state
 
 
 @pytest.mark.slow
@@ -43,15 +43,15 @@ def _replay_on_one_device(config, processes: int) -> tuple[list[float], list[np.
     mesh = data_mesh(jax.devices()[:1])
     task = get_task(config.task.to_dict(), config.data.to_dict())
     steps, params, opt_state = initial_train_state(config, task.vocabulary.size, mesh)
+    steps.train.hold(params, opt_state)
     losses = []
     for step in range(config.train.steps):
         parts = [data.train_batch(task, config.data, config.seed, step, index, processes)
                  for index in range(processes)]
         batch = {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
-        params, opt_state, metrics = steps.train(params, opt_state,
-                                                 data.global_batch(batch, mesh), step)
-        losses.append(float(metrics["loss"]))
-    return losses, [np.asarray(leaf) for leaf in jax.tree.leaves(params)]
+        metrics = steps.train([data.global_batch(batch, mesh)], step)
+        losses.append(float(metrics["loss"][0]))
+    return losses, [np.asarray(leaf) for leaf in jax.tree.leaves(steps.train.state()[0])]
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
-"""experiments/position_draws.py: one draw per length against one per example, each equal to
-the evaluator's numbers under that setting; plain runs refused in one line."""
+"""experiments/studies/position_draws/position_draws.py: one draw per length against one per
+example, each equal to the evaluator's numbers under that setting; plain runs refused in one
+line."""
 
 from __future__ import annotations
 
@@ -8,14 +9,21 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import DEFAULT_CONFIG, REPO, load_experiment, subprocess_env, tiny_overrides
+from conftest import (
+    DEFAULT_CONFIG,
+    REPO,
+    experiment_path,
+    load_experiment,
+    subprocess_env,
+    tiny_overrides,
+)
 
 from pe_research.config import load_config
 from pe_research.evaluation.range_eval import evaluate_run
 from pe_research.runs.restore import load_run
 from pe_research.training.loop import train
 
-SCRIPT = REPO / "experiments" / "position_draws.py"
+SCRIPT = experiment_path("position_draws")
 LENGTHS = (4, 8, 12)
 
 

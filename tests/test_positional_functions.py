@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.positional import alibi_slopes, apply_rope, sinusoidal, t5_relative_bucket
 from pe_research.runs.restore import check_eval_overrides
 

@@ -13,15 +13,16 @@ from tiny_models import tiny_config
 
 from pe_research.config import base_config
 from pe_research.config.validate import validate_config
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.evaluation import memory
 from pe_research.model import Seq2SeqTransformer, SingleStackTransformer, build_model
 from pe_research.model.attention import MultiHeadAttention, set_query_block
 from pe_research.model.decoding import greedy_decode
+from pe_research.model.inputs import batch_positions
 from pe_research.model.query_blocks import in_query_blocks
 from pe_research.positional import SCHEMES
 from pe_research.training.optimizer import make_optimizer
-from pe_research.training.steps import batch_positions, step_functions
+from pe_research.training.step import step_functions
 
 ARCHITECTURES = ("encoder_decoder", "encoder_only", "decoder_only")
 
@@ -83,15 +84,16 @@ def test_the_training_loops_eval_step_attends_in_blocks_and_its_train_step_does_
     batch = ragged_batch(source_width=7, target_width=7)
     key = jax.random.key(0)
     sums = {}
+    optimizer = make_optimizer(base_config().train)
     for rows in (0, 3):
-        train_step, eval_step = step_functions(graphdef, rest, base_config().train,
-                                               {"train": 0, "evaluate": 0}, rows)
+        train_step, eval_step = step_functions(graphdef, rest, base_config().train, optimizer,
+                                               rows)
         sums[rows] = jax.jit(eval_step)(params, batch, key)
         loops = str(jax.make_jaxpr(eval_step)(params, batch, key)).count("scan[")
         assert (loops > 0) == (rows > 0)
     for name, value in sums[0].items():
         np.testing.assert_allclose(sums[3][name], value, rtol=1e-5, err_msg=name)
-    optimizer_state = make_optimizer(base_config().train).init(params)
+    optimizer_state = optimizer.init(params)
     train_jaxpr = jax.make_jaxpr(lambda p, o: train_step(p, o, batch, 0, key))(
         params, optimizer_state)
     assert "scan[" not in str(train_jaxpr)

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from pe_research.cli import main
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.runs.restore import load_run
 from pe_research.runs.run_dir import RunDir
 
@@ -59,7 +59,7 @@ def test_eval_and_analyze_fall_back_to_the_previous_step(corrupt_run, capsys, mo
 
 
 def test_grid_point_runs_are_its_seed_directories_or_the_run_itself(tmp_path):
-    from pe_research.errors import UsageError
+    from pe_research.core.errors import UsageError
     from pe_research.runs.run_dir import grid_point_runs
 
     for seed in (1, 0):

@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 
 from pe_research.config import apply_overrides, base_config
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.positional.base import DECODER_SELF
 from pe_research.positional.registry import default_pe_config
 from pe_research.positional.rope import RoPE, rope_angles, rotate

@@ -14,7 +14,7 @@ import pytest  # noqa: E402
 
 from pe_research import data  # noqa: E402
 from pe_research.cli import data as data_cli  # noqa: E402
-from pe_research.errors import ConfigError  # noqa: E402
+from pe_research.core.errors import ConfigError  # noqa: E402
 from pe_research.tasks import Vocabulary, get_task  # noqa: E402
 from pe_research.tasks.scan import SCAN_FILES  # noqa: E402
 

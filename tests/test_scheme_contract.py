@@ -21,10 +21,10 @@ import pytest
 from flax import nnx
 from tiny_models import arange_positions, random_inputs, tiny_config, tiny_model
 
-from pe_research.config import base_config, from_mapping, save_config
-from pe_research.errors import ConfigError
-from pe_research.evaluation.metrics import token_cross_entropy
+from pe_research.config import base_config, from_mapping
+from pe_research.core.errors import ConfigError
 from pe_research.model import ModelConfig
+from pe_research.model.metrics import token_cross_entropy
 from pe_research.positional import (
     DECODER_SELF,
     ENCODER_SELF,
@@ -34,7 +34,7 @@ from pe_research.positional import (
     default_pe_config,
     random_positions,
 )
-from pe_research.runs.run_dir import RunDir
+from pe_research.runs.run_dir import RunDir, save_config
 
 # Options that change a scheme's math: each is a contract entry of its own.
 VARIANTS: dict[str, dict] = {

@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 from tiny_models import tiny_config
 
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.positional import (
     DECODER_SELF,
     ENCODER_SELF,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.positional import (
     DECODER_SELF,
     alibi_slopes,

@@ -14,14 +14,14 @@ from flax import nnx
 
 from pe_research import data
 from pe_research.config import load_config
-from pe_research.errors import ConfigError
+from pe_research.config.validate import steps_per_call
+from pe_research.core.errors import ConfigError
 from pe_research.runs.restore import load_run
 from pe_research.runs.tracking import read_metrics
 from pe_research.tasks import get_task
 from pe_research.training.ensemble import train_ensemble
 from pe_research.training.loop import train
 from pe_research.training.step_loop import DivergedError, shapes
-from pe_research.training.steps_per_call import steps_per_call
 
 RUN = {"train.steps": 24, "train.log_every": 4, "train.eval_every": 12,
        "train.checkpoint_every": 12, "wandb.mode": "disabled"}

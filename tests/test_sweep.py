@@ -18,7 +18,7 @@ from tqdm import tqdm
 from pe_research.cli.app import main
 from pe_research.cli.sweep import Progress
 from pe_research.config.naming import short_keys, value_name
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.evaluation.range_eval import evaluate_run
 from pe_research.evaluation.results import read_results
 from pe_research.runs.lock import RunDirLock
@@ -188,13 +188,22 @@ def test_ensemble_sharded_over_eight_devices_matches_one_device(tmp_path):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-SWEEPS = REPO / "configs" / "sweeps"
+# The reusable grids, and every study's grids beside its scripts.
+SWEEP_FILES = sorted([*(REPO / "configs" / "sweeps").glob("*.py"),
+                      *(path for path in (REPO / "experiments" / "studies").rglob("*.py")
+                        if "def sweep(" in path.read_text())])
 
 
-@pytest.mark.parametrize("path", sorted(SWEEPS.glob("*.py")), ids=lambda p: p.stem)
+def test_the_sweep_files_are_found():
+    assert len(SWEEP_FILES) >= 50
+    assert REPO / "configs" / "sweeps" / "demo.py" in SWEEP_FILES
+
+
+@pytest.mark.parametrize("path", SWEEP_FILES, ids=lambda p: p.stem)
 def test_every_sweep_file_validates_and_names_its_command(path, tmp_path, monkeypatch):
-    first_line = path.read_text().split('"""')[1].splitlines()[0]
-    assert first_line.startswith(f"pe-research sweep configs/sweeps/{path.name} --workdir ")
+    command = path.read_text().split('"""')[1].split("\n\n")[0].replace("\\\n", "")
+    relative = path.relative_to(REPO)
+    assert " ".join(command.split()).startswith(f"pe-research sweep {relative} --workdir ")
     if "language_model" in path.read_text():  # names a corpus file, relative to the cwd
         chdir_with_corpus(tmp_path, monkeypatch)
     try:

@@ -1,4 +1,5 @@
-"""experiments/t5_boundary_heads.py: one head's distances re-bucketed, the rest as trained."""
+"""experiments/studies/t5_buckets/t5_boundary_heads.py: one head's distances re-bucketed, the
+rest as trained."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ import sys
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import DEFAULT_CONFIG, REPO, load_experiment, subprocess_env, tiny_overrides
+from conftest import (
+    DEFAULT_CONFIG,
+    REPO,
+    experiment_path,
+    load_experiment,
+    subprocess_env,
+    tiny_overrides,
+)
 from flax import nnx
 
 from pe_research.config import load_config
@@ -17,7 +25,7 @@ from pe_research.positional.base import DECODER_SELF
 from pe_research.positional.t5 import T5Bias
 from pe_research.training.loop import train
 
-SCRIPT = REPO / "experiments" / "t5_boundary_heads.py"
+SCRIPT = experiment_path("t5_boundary_heads")
 
 
 def test_only_the_flagged_heads_read_the_table_under_the_new_max_distance():

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DEFAULT_CONFIG, REPO, load_experiment, subprocess_env, tiny_overrides
+from conftest import (
+    DEFAULT_CONFIG,
+    REPO,
+    experiment_path,
+    load_experiment,
+    subprocess_env,
+    tiny_overrides,
+)
 
 from pe_research.config import load_config
 from pe_research.evaluation.range_eval import evaluate_run
@@ -18,7 +25,7 @@ from pe_research.runs.restore import load_run
 from pe_research.runs.run_dir import RunDir
 from pe_research.training.loop import train
 
-SCRIPT = REPO / "experiments" / "t5_max_distance.py"
+SCRIPT = experiment_path("t5_max_distance")
 LENGTHS = (1, 2, 12)  # 1 and 2: every distance below the exact buckets (4 each way, 8 causal)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.tasks import (
     BENCHMARK_TASKS,
     GENERATED_TASKS,

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq  # noqa: E402
 import pytest  # noqa: E402
 
 from pe_research import data  # noqa: E402
-from pe_research.errors import ConfigError  # noqa: E402
+from pe_research.core.errors import ConfigError  # noqa: E402
 from pe_research.tasks import get_task  # noqa: E402
 
 TRAIN = [("a b c", "c b a"), ("b a", "a b"), ("c c a b", "b a c c"), ("a", "a")]

@@ -14,13 +14,14 @@ from flax import nnx
 from pe_research import data
 from pe_research.cli import COMMANDS, main
 from pe_research.config import load_config, to_dict
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
+from pe_research.model.inputs import EVAL_KEY_TAG, forward
 from pe_research.runs.restore import load_run
 from pe_research.runs.tracking import read_metrics
 from pe_research.tasks import get_task
 from pe_research.training.loop import train
 from pe_research.training.periodic_eval import HELD_OUT_SEED_OFFSET
-from pe_research.training.steps import EVAL_KEY_TAG, eval_sums, forward, summarize
+from pe_research.training.step import eval_sums, summarize
 
 STEPS = 40  # of the shared tiny run (conftest.trained_run)
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from pe_research.config import load_config
 from pe_research.sweeps import Sweep, product
 
-BASE = Path(__file__).resolve().parent / "copy_schemes_cpu.py"
+REPO = Path(__file__).resolve().parents[2]
+BASE = REPO / "configs/sweeps/copy_schemes_cpu.py"
 
 
 def get_config():

@@ -14,7 +14,8 @@ from pathlib import Path
 from pe_research.config import load_config
 from pe_research.sweeps import Sweep, product
 
-BASE = Path(__file__).resolve().parents[1] / "language_model.py"
+REPO = Path(__file__).resolve().parents[2]
+BASE = REPO / "configs/language_model.py"
 SCHEMES = ("sinusoidal", "rope", "t5", "alibi", "none", "kerple_log", "fire", "xpos", "fox")
 
 

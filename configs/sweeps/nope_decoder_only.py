@@ -21,7 +21,8 @@ from pathlib import Path
 from pe_research.config import load_config
 from pe_research.sweeps import Sweep, product
 
-DEFAULT = Path(__file__).resolve().parents[1] / "default.py"
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT = REPO / "configs/default.py"
 TASKS = ("copy", "reverse_string", "addition", "sort", "scan")
 SCHEMES = ("none", "t5", "alibi", "rope", "learned", "sinusoidal")
 

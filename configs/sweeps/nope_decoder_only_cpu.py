@@ -12,7 +12,8 @@ from pathlib import Path
 from pe_research.config import load_config
 from pe_research.sweeps import Sweep, product
 
-TABLE = Path(__file__).resolve().parent / "nope_decoder_only.py"
+REPO = Path(__file__).resolve().parents[2]
+TABLE = REPO / "configs/sweeps/nope_decoder_only.py"
 
 
 def get_config():

@@ -26,7 +26,8 @@ from pe_research.config import load_config
 from pe_research.sweeps import Sweep
 from pe_research.tasks import BENCHMARK_TASKS, TASKS
 
-BASE = Path(__file__).resolve().parents[1] / "randomized_pe_benchmark.py"
+REPO = Path(__file__).resolve().parents[2]
+BASE = REPO / "configs/randomized_pe_benchmark.py"
 SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi", "transformer_xl")
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from pe_research.config import load_config, load_user_module
 from pe_research.sweeps import Sweep
 
-TABLE = Path(__file__).resolve().parent / "randomized_pe_table.py"
+REPO = Path(__file__).resolve().parents[2]
+TABLE = REPO / "configs/sweeps/randomized_pe_table.py"
 TASKS = ("parity_check", "reverse_string", "duplicate_string")
 SCHEMES = ("sinusoidal", "transformer_xl")
 

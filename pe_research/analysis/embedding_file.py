@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 
 SUFFIXES = (".safetensors", ".npz")
 

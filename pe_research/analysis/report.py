@@ -30,8 +30,8 @@ from pe_research.analysis.vectors import (
     position_table,
     token_table,
 )
-from pe_research.atomic_files import atomic_open, atomic_savefig, atomic_write_text
-from pe_research.errors import ConfigError
+from pe_research.core.atomic_files import atomic_open, atomic_savefig, atomic_write_text
+from pe_research.core.errors import ConfigError
 from pe_research.model import TokenModel
 from pe_research.positional.registry import (
     SCHEMES,

@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 
 from pe_research import data
+from pe_research.model.inputs import batch_positions, eval_position_key
 from pe_research.positional.randomize import evaluation_keys, randomize_settings
 from pe_research.runs.restore import LoadedRun, load_run
 from pe_research.runs.run_dir import RunDir
-from pe_research.training.steps import batch_positions, eval_position_key
 
 ANALYSIS_OVERRIDES = ("model.dtype=float32", "model.attention_implementation=xla")
 

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.runs.run_dir import RunDir
 
 DEFAULT_OFFSET = 100  # the analysis package's default, repeated so --help does not import JAX

@@ -19,9 +19,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from pe_research import compile_cache, cpu_heap
+from pe_research import runtime
 from pe_research.config.overrides import collect_overrides
-from pe_research.errors import ConfigError, UsageError
+from pe_research.core.errors import ConfigError, UsageError
 
 DEBUG_ENV = "PE_RESEARCH_DEBUG"
 
@@ -98,8 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(error))
     args = parser.parse_args([arg for arg in rest if arg != "--debug"])
     args.config_overrides = overrides
-    compile_cache.enable()
-    cpu_heap.before_backends()
+    runtime.setup()
     if debug_wanted(argv):
         return int(args.run(args) or 0)
     prefix = f"pe-research {args.command}"

@@ -14,9 +14,9 @@ import glob
 import os
 from pathlib import Path
 
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.evaluation.compare import compare_runs
-from pe_research.evaluation.metrics import HEADLINE, METRICS
+from pe_research.model.metrics import HEADLINE, METRICS
 from pe_research.runs.run_dir import DEFAULT_EVAL_NAME, RunDir
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.tasks import TASKS, default_task_config, get_task
 from pe_research.tasks.corpora import write_stdlib_corpus
 from pe_research.tasks.dataset_task import DatasetTask

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import argparse
 
-from pe_research import compile_cache
-from pe_research.errors import ConfigError
-from pe_research.evaluation.metrics import HEADLINE, METRICS
+from pe_research import runtime
+from pe_research.core.errors import ConfigError
 from pe_research.evaluation.range_eval import EvalResult
 from pe_research.evaluation.results import evaluate_and_write
+from pe_research.model.metrics import HEADLINE, METRICS
 from pe_research.runs.run_dir import DEFAULT_EVAL_NAME, check_eval_name
 
 
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(result))
     print(f"step {loaded.step} on {loaded.mesh.size} device(s): {len(result.rows)} lengths in "
           f"{result.seconds:.1f}s, {result.compilations} compilation(s) "
-          f"(one per padded batch shape{compile_cache.loaded_note()})")
+          f"(one per padded batch shape{runtime.cache_note()})")
     for kind, path in paths.items():
         print(f"{kind}: {path}")
     return 0

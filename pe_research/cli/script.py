@@ -10,16 +10,15 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from pe_research import compile_cache, cpu_heap
-from pe_research.atomic_files import atomic_savefig, atomic_write_text
-from pe_research.errors import UsageError
+from pe_research import runtime
+from pe_research.core.atomic_files import atomic_savefig, atomic_write_text
+from pe_research.core.errors import UsageError
 
 
 def run_script(main: Callable[[], Any]) -> None:
-    """Run a script's ``main`` with the compilation cache on (and ``cpu_heap``'s settings when
-    asked for); bad input (UsageError, ConfigError) ends in one line, exit 2."""
-    compile_cache.enable()
-    cpu_heap.before_backends()
+    """Run a script's ``main`` after ``runtime.setup()``; bad input (UsageError, ConfigError)
+    ends in one line, exit 2."""
+    runtime.setup()
     try:
         main()
     except UsageError as error:

@@ -19,7 +19,7 @@ import sys
 
 from tqdm import tqdm
 
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.runs.lock import RunDirLock
 from pe_research.sweeps.executors import (
     EXECUTORS,

@@ -15,8 +15,8 @@ import argparse
 import os
 
 from pe_research.cli.compare import expand_run_dirs
-from pe_research.evaluation.metrics import METRICS
 from pe_research.evaluation.paper_table import PAPER_METRIC, write_paper_table
+from pe_research.model.metrics import METRICS
 from pe_research.runs.run_dir import DEFAULT_EVAL_NAME
 
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from pe_research import compile_cache
+from pe_research import runtime
 from pe_research.config import load_config
 
 
@@ -32,6 +32,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"run directory:  {result.run_dir}")
     print(f"checkpoints:    {result.checkpoint_dir}")
     print(f"W&B run:        {result.wandb_run or 'disabled'}")
-    print(f"train step compilations: {result.compilations}{compile_cache.loaded_note()}; "
+    print(f"train step compilations: {result.compilations}{runtime.cache_note()}; "
           f"{result.steps_per_second:.1f} steps/s in the last window")
     return 0

@@ -3,7 +3,7 @@
 schema     every key and its default; ``base_config()`` is where config files start
 overrides  ``--config.model.pe.type=alibi``: parsed by the type of the value it replaces
 validate   every key, type and value checked before anything is compiled
-files      ``configs/<name>.py`` -> ConfigDict; a run's ``config.json`` saved and reloaded
+files      ``configs/<name>.py`` -> ConfigDict
 """
 
 from pe_research.config.files import (
@@ -11,10 +11,7 @@ from pe_research.config.files import (
     flat_config,
     from_mapping,
     load_config,
-    load_run_config,
     load_user_module,
-    read_run_config,
-    save_config,
     to_dict,
 )
 from pe_research.config.overrides import (
@@ -37,7 +34,7 @@ from pe_research.config.validate import best_mode, validate_config
 __all__ = [
     "BLOCK_DEFAULTS", "MODEL_DEFAULTS", "TOP_LEVEL_DEFAULTS", "apply_overrides", "base_config",
     "best_mode", "call_user_code", "collect_overrides", "complete", "default_task_block",
-    "flat_config", "from_mapping", "load_config", "load_run_config", "load_user_module",
+    "flat_config", "from_mapping", "load_config", "load_user_module",
     "override_text",
-    "parse_value", "read_run_config", "save_config", "split_override", "to_dict", "validate_config",
+    "parse_value", "split_override", "to_dict", "validate_config",
 ]

@@ -1,4 +1,4 @@
-"""Config files and ``config.json``: load ``configs/<name>.py``, save and reload a run's config.
+"""Config files: load ``configs/<name>.py`` into a completed, validated ConfigDict.
 
 A config file defines ``get_config() -> ml_collections.ConfigDict``, usually starting from
 ``base_config()``. Every key is validated (``pe_research.config.validate``) before anything is
@@ -17,12 +17,10 @@ from typing import Any
 
 import ml_collections
 
-from pe_research.atomic_files import atomic_write_text
 from pe_research.config.overrides import apply_overrides
-from pe_research.config.schema import complete
+from pe_research.config.schema import REMOVED_KEYS, complete
 from pe_research.config.validate import validate_config
-from pe_research.errors import ConfigError
-from pe_research.runs.run_dir import HISTORY_KEY, RunDir
+from pe_research.core.errors import ConfigError
 
 
 def _tuples(value: Any) -> Any:
@@ -35,8 +33,14 @@ def _tuples(value: Any) -> Any:
 
 
 def from_mapping(values: Mapping[str, Any]) -> ml_collections.ConfigDict:
-    """A completed ConfigDict from nested plain values (e.g. a parsed config.json)."""
-    return complete(ml_collections.ConfigDict(_tuples(dict(values))))
+    """A completed ConfigDict from nested plain values (e.g. a parsed config.json); keys that
+    older versions wrote and this one no longer has (``REMOVED_KEYS``) are dropped."""
+    values = _tuples(dict(values))
+    for key in REMOVED_KEYS:
+        block, name = key.split(".")
+        if isinstance(values.get(block), dict):
+            values[block].pop(name, None)
+    return complete(ml_collections.ConfigDict(values))
 
 
 def load_config(path: str | Path, overrides: Sequence[str] = (), *,
@@ -93,33 +97,6 @@ def call_user_code(path: Path, function: Callable[..., Any], *args: Any) -> Any:
 def to_dict(config: ml_collections.ConfigDict) -> dict[str, Any]:
     """Plain nested dict (tuples as lists) for JSON, W&B and checkpoints."""
     return json.loads(config.to_json())
-
-
-def save_config(config: ml_collections.ConfigDict, run_dir: str | Path,
-                history: Sequence[Mapping[str, Any]] = ()) -> Path:
-    """Write the run directory's ``config.json`` atomically, with its resume ``history``."""
-    path = RunDir(run_dir).config
-    path.parent.mkdir(parents=True, exist_ok=True)
-    values = to_dict(config)
-    if history:
-        values[HISTORY_KEY] = list(history)
-    return atomic_write_text(path, json.dumps(values, indent=2, sort_keys=True) + "\n")
-
-
-def read_run_config(run_dir: str | Path) -> dict[str, Any]:
-    """A run's ``config.json`` as plain values, completed with today's defaults: keys added
-    since the run was written read as their defaults, so old and new runs compare."""
-    return to_dict(from_mapping(RunDir(run_dir).read_config()))
-
-
-def load_run_config(run_dir: str | Path, overrides: Sequence[str] = (), *,
-                    validate: bool = True) -> ml_collections.ConfigDict:
-    """The config saved in a run directory, completed, overridden and validated."""
-    values = RunDir(run_dir).read_config()
-    config = apply_overrides(from_mapping(values), overrides)
-    if validate:
-        validate_config(config)
-    return config
 
 
 def flat_config(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

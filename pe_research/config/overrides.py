@@ -14,7 +14,7 @@ from typing import Any
 import ml_collections
 
 from pe_research.config.schema import default_task_block
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.positional.registry import COMMON_DEFAULTS, default_pe_config
 
 OVERRIDE_PREFIX = "--config."

@@ -7,15 +7,16 @@ positional registry) and the ``task`` block (keys from the task registry).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import ml_collections
 
+from pe_research.model.config import ModelConfig
 from pe_research.positional.registry import COMMON_DEFAULTS, default_pe_config
 from pe_research.tasks import default_task_config
 
 SCHEDULES = ("constant", "cosine")
-OPTIMIZER_LAYOUTS = ("leaves", "flat")
 CHECKPOINT_CHOICES = ("best", "latest")
 WANDB_MODES = ("offline", "online", "disabled")
 
@@ -29,7 +30,6 @@ BLOCK_DEFAULTS: dict[str, dict[str, Any]] = {
         "scan_dir": "",  # local SCAN files (text tasks)
         "eval_samples": 64,  # evaluation examples per length
         "eval_cache_dir": "",  # '' -> <workdir>/eval_data
-        "prefetch": 2,  # training batches made ahead on a background thread (0: none)
     },
     "train": {
         "steps": 1000,
@@ -46,10 +46,6 @@ BLOCK_DEFAULTS: dict[str, dict[str, Any]] = {
         "best_metric": "eval/sequence_accuracy",  # '' (or eval_every 0): keep only the latest
         "eval_lengths": (),  # longer task lengths evaluated during training
         "steps_per_call": 0,  # train steps per jitted call (0: the largest divisor up to 10)
-        # 'flat': AdamW on all parameters as one vector, a few operations per step instead of
-        # a few per parameter; 'leaves': leaf by leaf. The same updates up to the rounding of
-        # the gradient norm; checkpoints store either leaf by leaf, so a run resumes under both.
-        "optimizer_layout": "flat",
         # False: the loss skips the end token, so the model never learns where to stop (-EOS of
         # Newman et al. 2020); range eval then also decodes at the oracle length.
         "predict_eos": True,
@@ -89,13 +85,13 @@ TOP_LEVEL_DEFAULTS: dict[str, Any] = {
     "seed": 0,  # parameters, batches, dropout and random positions all derive from it
     "distributed": False,  # jax.distributed.initialize() for multi-host (docs/multihost.md)
 }
+# The model's keys and defaults are ModelConfig's fields (model/config.py), but for the
+# vocabulary size, which the task sets, and the scheme's block, which the registry fills.
 MODEL_DEFAULTS: dict[str, Any] = {
-    "d_model": 64, "num_heads": 4, "num_encoder_layers": 2, "num_decoder_layers": 2,
-    "d_ff": 256, "dropout_rate": 0.0, "activation": "gelu", "norm": "pre",
-    "scale_embedding": True, "tie_output": True, "dtype": "float32",
-    "attention_implementation": "xla", "architecture": "encoder_decoder",
-    "ablated_heads": "",  # heads whose output is zeroed, e.g. "2:1,2:3" (model/ablation.py)
-}
+    field.name: field.default for field in dataclasses.fields(ModelConfig)
+    if field.name not in ("vocab_size", "pe")}
+# Keys older versions wrote to config.json that no longer exist: dropped when a run is read.
+REMOVED_KEYS = ("train.optimizer_layout", "data.prefetch")
 DEFAULT_TASK = "reverse_string"
 
 

@@ -5,6 +5,7 @@ Each failure is one ``ConfigError`` naming the key, the bad value and what is va
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,20 +15,23 @@ from pe_research.config.schema import (
     BLOCK_DEFAULTS,
     CHECKPOINT_CHOICES,
     MODEL_DEFAULTS,
-    OPTIMIZER_LAYOUTS,
     SCHEDULES,
     TOP_LEVEL_DEFAULTS,
     WANDB_MODES,
     default_task_block,
 )
-from pe_research.data import bucket_length, check_data_block, check_data_config
-from pe_research.errors import ConfigError, check_choice
-from pe_research.evaluation.metrics import get_metric, training_metrics
+from pe_research.core.errors import ConfigError, check_choice
+from pe_research.data import bucket_length, check_data_block, check_data_config, train_shapes
 from pe_research.model.config import ModelConfig
+from pe_research.model.metrics import get_metric, training_metrics
 from pe_research.positional.randomize import check_randomize
 from pe_research.positional.registry import scheme_class
 from pe_research.tasks import Task, get_task
-from pe_research.training.steps_per_call import check_steps_per_call
+
+# A chunk's metrics reach the host only after its last step, and the progress bar moves in
+# chunks: 10 keeps both prompt while taking most of the gain.
+STEPS_PER_CALL_LIMIT = 10
+STEPS_PER_CALL = "train.steps_per_call"
 
 
 def best_metric_choices(train_cfg: Mapping[str, Any]) -> list[str]:
@@ -107,7 +111,6 @@ def _check_train(train: Mapping[str, Any]) -> None:
     if not train["learning_rate"] > 0:
         raise ConfigError("train.learning_rate", train["learning_rate"], "must be > 0")
     check_choice("train.schedule", train["schedule"], SCHEDULES)
-    check_choice("train.optimizer_layout", train["optimizer_layout"], OPTIMIZER_LAYOUTS)
     _positive_ints("train.eval_lengths", tuple(train["eval_lengths"]))
     check_checkpoint_choice("train.init_checkpoint", train["init_checkpoint"])
     if train["best_metric"]:  # ignored when train.eval_every is 0 (no metric to rank by)
@@ -185,3 +188,42 @@ def _check_lengths(config: ml_collections.ConfigDict, task: Task) -> None:
     scheme_class(pe["type"]).check_positions(pe, padded)
     check_randomize(pe, longest)
     check_steps_per_call(config, task)
+
+
+def _intervals(train_cfg: Mapping[str, Any]) -> dict[str, int]:
+    """The step counts a call's K steps must divide: ``train.steps`` and every interval in use."""
+    keys = ("steps", "log_every", "checkpoint_every", "eval_every")
+    return {f"train.{key}": int(train_cfg[key]) for key in keys if int(train_cfg[key]) > 0}
+
+
+def check_steps_per_call(config: ml_collections.ConfigDict, task: Task) -> None:
+    """ConfigError unless an explicit ``train.steps_per_call`` K > 1 can group the run's steps:
+    logging, evaluation and checkpoints happen between calls, and one call's K batches are
+    stacked, so they must share one shape."""
+    requested = int(config.train.steps_per_call)
+    if requested <= 1:
+        return
+    for key, value in _intervals(config.train).items():
+        if value % requested:
+            raise ConfigError(STEPS_PER_CALL, requested, f"must divide {key} ({value}): "
+                              "logging, evaluation and checkpoints happen between calls; set a "
+                              "divisor of it, or 0 to have one chosen")
+    shapes = len(train_shapes(task, config.data.to_dict()))
+    if shapes > 1:
+        raise ConfigError(STEPS_PER_CALL, requested, f"needs training batches of one shape, "
+                          f"but data.train_lengths pad to {shapes} shapes over data.buckets; "
+                          "set it to 0 or 1, or choose data.buckets so that one bucket holds "
+                          "every training length")
+
+
+def steps_per_call(config: ml_collections.ConfigDict, task: Task) -> int:
+    """K for the run of ``config`` on ``task``: ``train.steps_per_call``, or (0) the largest K up
+    to ``STEPS_PER_CALL_LIMIT`` that divides ``train.steps`` and every interval, 1 when the
+    training batches take more than one shape."""
+    requested = int(config.train.steps_per_call)
+    if requested > 0:
+        return requested
+    if len(train_shapes(task, config.data.to_dict())) > 1:
+        return 1
+    common = math.gcd(*_intervals(config.train).values())
+    return max(k for k in range(1, STEPS_PER_CALL_LIMIT + 1) if common % k == 0)

@@ -20,10 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from pe_research.atomic_files import atomic_open, atomic_write_text
-from pe_research.config.files import read_run_config
 from pe_research.config.naming import short_keys
-from pe_research.errors import ConfigError
+from pe_research.core.atomic_files import atomic_open, atomic_write_text
+from pe_research.core.errors import ConfigError
 from pe_research.evaluation.finding import comparison_finding
 from pe_research.evaluation.group_summary import (
     best_word,
@@ -31,10 +30,10 @@ from pe_research.evaluation.group_summary import (
     summarize_group,
     summary_columns,
 )
-from pe_research.evaluation.metrics import HEADLINE, METRICS, Metric, get_metric, headline_for
 from pe_research.evaluation.plots import plot_comparison
 from pe_research.evaluation.results import eval_settings, read_results
-from pe_research.runs.run_dir import DEFAULT_EVAL_NAME, RunDir
+from pe_research.model.metrics import HEADLINE, METRICS, Metric, get_metric, headline_for
+from pe_research.runs.run_dir import DEFAULT_EVAL_NAME, RunDir, read_run_config
 from pe_research.runs.tracking import read_metrics
 
 LENGTH_KEY = re.compile(r"^eval_length_(\d+)/(\w+)$")

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pe_research.atomic_files import atomic_open, atomic_savefig, atomic_write_text
-from pe_research.errors import ConfigError
+from pe_research.core.atomic_files import atomic_open, atomic_savefig, atomic_write_text
+from pe_research.core.errors import ConfigError
 from pe_research.evaluation.compare import RunCurve, load_curve
-from pe_research.evaluation.metrics import get_metric
 from pe_research.evaluation.plots import plt  # the Agg backend is chosen there
+from pe_research.model.metrics import get_metric
 from pe_research.runs.run_dir import DEFAULT_EVAL_NAME
 from pe_research.tasks import TASKS
 

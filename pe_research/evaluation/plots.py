@@ -14,8 +14,8 @@ matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from pe_research.atomic_files import atomic_savefig  # noqa: E402
-from pe_research.evaluation.metrics import METRICS  # noqa: E402
+from pe_research.core.atomic_files import atomic_savefig  # noqa: E402
+from pe_research.model.metrics import METRICS  # noqa: E402
 
 
 def metric_label(metric: str) -> str:

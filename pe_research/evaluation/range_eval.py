@@ -24,9 +24,12 @@ from jax.sharding import Mesh
 from tqdm import tqdm
 
 from pe_research import data
-from pe_research.errors import ConfigError, check_divisible
+from pe_research.core.errors import ConfigError, check_divisible
 from pe_research.evaluation import memory
-from pe_research.evaluation.metrics import (
+from pe_research.model.attention import set_query_block
+from pe_research.model.decoding import greedy_decode
+from pe_research.model.inputs import batch_positions, eval_position_key, scored_mask
+from pe_research.model.metrics import (
     METRICS,
     Outputs,
     example_sums,
@@ -34,16 +37,13 @@ from pe_research.evaluation.metrics import (
     summarize,
     training_metrics,
 )
-from pe_research.mesh import DATA_AXIS, batch_multiple, check_batch_fits, replicated, to_host
-from pe_research.model.attention import set_query_block
-from pe_research.model.decoding import greedy_decode
 from pe_research.positional.randomize import evaluation_keys, randomize_settings
 from pe_research.positional.registry import scheme_class
 from pe_research.runs.restore import LoadedRun
 from pe_research.runs.run_dir import RunDir
-from pe_research.special_tokens import EOS_ID
+from pe_research.runtime import DATA_AXIS, batch_multiple, check_batch_fits, replicated, to_host
 from pe_research.tasks.registry import task_class
-from pe_research.training.steps import Keyed, batch_positions, eval_position_key, scored_mask
+from pe_research.tasks.vocabulary import EOS_ID
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,15 +178,18 @@ class RangeEvaluator:
             model = set_query_block(nnx.merge(graphdef, params, rest), config.eval.query_block)
             return example_statistics(model, batch, key, oracle_length, first_row, decode)
 
-        def traced_statistics(params, batch, first_row, key):  # the key an argument: Keyed
+        # The key is an argument, not a constant of the program: one compile for every seed.
+        def traced_statistics(params, batch, first_row, key):
             shape = (*batch["source"].shape, batch["target_input"].shape[1])
             self.compiled_shapes.append(shape)  # runs at trace time: once per compiled shape
             return statistics(params, batch, first_row, key)
 
         self.unjitted_statistics = lambda params, batch, first_row=0: statistics(
             params, batch, first_row, position_key)
-        self.statistics = Keyed(jax.jit(traced_statistics, out_shardings=replicated(mesh)),
-                                (position_key,))
+        self.position_key = position_key
+        self.statistics_program = jax.jit(traced_statistics, out_shardings=replicated(mesh))
+        self.statistics = lambda params, batch, first_row=0: self.statistics_program(
+            params, batch, first_row, position_key)
 
     def rows_for(self, params: Any, batch: Mapping[str, np.ndarray], batch_size: int,
                  members: int = 1) -> int:

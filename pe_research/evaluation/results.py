@@ -16,11 +16,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from pe_research.atomic_files import atomic_open, atomic_write_text
 from pe_research.config import to_dict
-from pe_research.evaluation.metrics import METRICS, headline_for
+from pe_research.core.atomic_files import atomic_open, atomic_write_text
 from pe_research.evaluation.plots import plot_eval_curve
 from pe_research.evaluation.range_eval import EvalResult, evaluate_run, row_fields
+from pe_research.model.metrics import METRICS, headline_for
 from pe_research.runs.restore import LoadedRun, load_run
 from pe_research.runs.run_dir import DEFAULT_EVAL_NAME, RunDir, check_eval_name
 from pe_research.runs.tracking import wandb_writer

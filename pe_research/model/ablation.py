@@ -18,7 +18,7 @@ from typing import Any
 import jax
 from flax import nnx
 
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 
 KEY = "model.ablated_heads"
 SINGLE_STACK_SITE = "self"

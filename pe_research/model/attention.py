@@ -57,14 +57,12 @@ def fused_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax.A
     """``jax.nn.dot_product_attention`` with ``mask`` (``[B, T, S]``, True where a query sees a
     key, or a ``PrefixMask``); ``[B, T, H, D]``. On ``xla`` with the dense mask (the default
     there) the same attention comes from ``explicit_attention.attention``, whose written-out
-    backward is shorter: one layer's forward + backward 2.2x faster at the bigger CPU shape,
-    1.9x at decoder-only length 512 with a batch-1 bias (benchmarks/RESULTS.md).
+    backward is shorter (docs/performance.md).
 
     A ``PrefixMask`` goes to cuDNN (``by_lengths`` None) as key lengths and a causal flag, so no
     mask tensor is built or read, and a batch-1 bias stays batch 1 (a mask tensor would be added
-    to it): the attention kernels of the ``large`` benchmark step took 2.72 ms instead of 3.84
-    on an H200, and ALiBi's step at length 1,024 0.54 GB instead of 2.07 (benchmarks/
-    RESULTS.md). cuDNN's backward in jax has no odd query or key length (``check_is_flash_
+    to it), which saves time and, for long biased sequences, most of the step's memory. cuDNN's
+    backward in jax has no odd query or key length (``check_is_flash_
     attention``; jax 0.11 refuses them with key lengths too), and odd lengths are the rule here
     (a bucket plus EOS). So for cuDNN (``pad_to_even`` None) an odd T gets one extra query, a
     copy of the last row's mask, whose output is dropped, and an odd S one zero key that no

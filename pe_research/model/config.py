@@ -8,7 +8,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from pe_research.errors import ConfigError, check_choice
+from pe_research.core.errors import ConfigError, check_choice
 from pe_research.model.ablation import parse_ablated_heads, site_layers
 from pe_research.positional.base import DECODER_SELF, ENCODER_SELF, AttentionKind
 from pe_research.positional.registry import check_pe_config, scheme_class

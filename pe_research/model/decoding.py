@@ -27,10 +27,10 @@ from flax import nnx
 
 from pe_research.model.masks import PrefixMask
 from pe_research.model.single_stack import joint_positions, pack, packed_mask
-from pe_research.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from pe_research.tasks.vocabulary import BOS_ID, EOS_ID, PAD_ID
 
 NEVER = -1  # an eos_id that never matches: decode all T steps (speed measurements)
-SEGMENTED_FROM = 256  # below, one loop: segments save less than their compile (RESULTS.md)
+SEGMENTED_FROM = 256  # below, one loop: segments save less than their compile costs
 
 
 def _first_state(batch: int, length: int, pad_id: int) -> tuple[jax.Array, jax.Array]:
@@ -124,7 +124,7 @@ def cache_widths(length: int) -> tuple[int, ...]:
 
     A step reads every slot of its cache, written or not; in segments, the first T/8 steps read
     T/8 slots, and so on: 0.67 of the reads of T steps over all T slots, and fewer still when
-    the loop stops early. One loop body is compiled per segment (benchmarks/RESULTS.md)."""
+    the loop stops early. One loop body is compiled per segment."""
     if length < SEGMENTED_FROM:
         return (length,)
     return tuple(sorted({-(-length // 8), -(-length // 4), -(-length // 2), length}))

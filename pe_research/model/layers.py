@@ -42,7 +42,7 @@ def keep_mask(key: jax.Array, shape: tuple[int, ...], dropped: int) -> jax.Array
 
     Each random 32-bit word gives two draws, its low and high halves (elements 2i and 2i + 1
     of the last axis): half the random-number work of ``jax.random.bernoulli``, which on
-    XLA-CPU is a loop over arrays this large (benchmarks/RESULTS.md, "Dropout's random bits").
+    XLA-CPU is a loop over arrays this large.
     """
     *lead, last = shape
     words = jax.random.bits(key, (*lead, (last + 1) // 2), jnp.uint32)
@@ -196,8 +196,7 @@ class DecoderLayer(nnx.Module):
     def cross_cache(self, encoded_BxSxD: jax.Array) -> dict[str, jax.Array]:
         """Cross-attention's keys and values of the encoder output, projected once for a
         whole decoding, in the cache's layout ``[B, H, Dh, S]``: handed to the decoding loop as
-        they are needed at every step, XLA copied them to another layout at every step, half of
-        T5's decoding time (benchmarks/RESULTS.md)."""
+        they are needed at every step, XLA copied them to another layout at every step."""
         k, v = self.cross_attention.project_kv(encoded_BxSxD)
         # The barrier keeps the copy made here: without it XLA moves the transpose
         # into the loop again, where it runs at every step.
@@ -208,7 +207,7 @@ class DecoderLayer(nnx.Module):
 def cache_layout(x_BxSxHxD: jax.Array) -> jax.Array:
     """Keys or values as the decoding cache keeps them, ``[B, H, D, S]``: a step's products
     ``[1, D] x [D, S]`` and ``[1, S] x [S, D]`` then read rows of S slots, which XLA-CPU runs
-    1.02-1.26x faster per decoding than over ``[B, H, S, D]`` (benchmarks/RESULTS.md).
+    faster than over ``[B, H, S, D]``.
     ``attention_layout`` turns them back, and XLA folds the two transposes into the products
     instead of copying the cache at every step."""
     return jnp.transpose(x_BxSxHxD, (0, 2, 3, 1))

@@ -14,7 +14,7 @@ and evaluation do not change with the architecture.
 The joint sequence is packed: each row's source, then its T target-side slots right after
 it, then padding, ``[B, S + T]``. A row's real tokens are then a prefix of it, so the mask is
 key lengths (and a causal flag) that cuDNN takes without a mask tensor (model/masks.py), and
-the joint positions (``training.steps.batch_positions``: ``source_positions`` are its first S,
+the joint positions (``model.inputs.batch_positions``: ``source_positions`` are its first S,
 ``target_positions`` its last T) are one row ``[1, S + T]`` for the whole batch unless drawn
 per example, so every bias scheme computes a batch-1 bias. Row b's target slot j sits at index
 ``n_b + j`` (n_b source tokens).
@@ -35,7 +35,7 @@ from pe_research.model.transformer import (
     output_projection,
     stack_norm,
 )
-from pe_research.special_tokens import BOS_ID, PAD_ID
+from pe_research.tasks.vocabulary import BOS_ID, PAD_ID
 
 SLOT_ID = BOS_ID  # encoder-only output slots; decoder-only's SEP is target_input's BOS
 

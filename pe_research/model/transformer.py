@@ -75,8 +75,8 @@ class TokenModel(nnx.Module):
         """Token embeddings combined (add, concat + projection, or split) with the scheme's
         vectors; ``[B, T, D]``."""
         # The lookup reads the float32 table and casts after it, so the gradient's scatter-add
-        # runs in float32: on an H200 the bfloat16 scatter-add into a small vocabulary's rows
-        # made a bfloat16 train step 28x slower (benchmarks/RESULTS.md, "GPU").
+        # runs in float32: on a GPU the bfloat16 scatter-add into a small vocabulary's rows
+        # serialises on the few rows it writes.
         x = jnp.take(self.embed.embedding[...], tokens_BxT, axis=0).astype(self.embed.dtype)
         if self.config.scale_embedding:  # by the square root of the embedding's own width
             x = x * jnp.sqrt(float(self.config.token_width)).astype(x.dtype)

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import jax
 from flax import nnx
 
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 
 
 class AttentionKind(enum.Enum):

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.positional.base import DECODER_SELF, AttentionKind, PositionalScheme, require
 from pe_research.positional.explicit_attention import (
     masked_softmax,

@@ -24,9 +24,8 @@ def heads_first_product(weights_BxHxTxS: jax.Array, rows_BxSxHxD: jax.Array) -> 
     """``sum_j weights[i, j] rows[j]`` ``[B, T, H, D]``, computed heads first.
 
     Written as ``bhts,bshd->bthd``, XLA-CPU multiplies the rows' transpose by the weights'
-    transpose (``[D, S] x [T, S]^T`` per head, packing every ``[T, S]`` block): 4-7x slower at
-    head sizes 8-16 than the ``[T, S] x [S, D]`` that a heads-first output makes it choose
-    (benchmarks/RESULTS.md, "Attention's products heads first")."""
+    transpose (``[D, S] x [T, S]^T`` per head, packing every ``[T, S]`` block), much slower at
+    small head sizes than the ``[T, S] x [S, D]`` that a heads-first output makes it choose."""
     return _heads_first(jnp.einsum("bhts,bhsd->bhtd", weights_BxHxTxS, _heads_first(rows_BxSxHxD)))
 
 
@@ -69,8 +68,7 @@ def attention(q_BxTxHxE: jax.Array, k_BxSxHxE: jax.Array, v_BxSxHxD: jax.Array,
     with float32 logits and softmax, masked logits ``MASKED_LOGIT`` (a row that sees no key
     weighs every key alike). The backward is written out: the weights are the only
     ``[B, H, T, S]`` residual, and a batch-1 bias's gradient sums the rows as a product with ones
-    (XLA-CPU's reduction over the leading axis ran 50x slower). Forward + backward at the bigger
-    CPU shape took 13.5 ms instead of 29.4 (benchmarks/RESULTS.md).
+    (XLA-CPU's reduction over the leading axis is far slower).
     """
     return _attention_forward(q_BxTxHxE, k_BxSxHxE, v_BxSxHxD, bias, mask_BxTxS)[0]
 

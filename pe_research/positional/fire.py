@@ -59,8 +59,8 @@ class FireFunction(nnx.Module):
 
 @jax.checkpoint
 def _mlp(x: jax.Array, w1_1xW, b1_W, w2_WxH, b2_H) -> jax.Array:
-    # A K = 1 product, not the broadcast x[..., None] * w1[0]: on XLA-CPU that form took 1.8x
-    # the step memory and 1.6x the time at T = S = 512 (benchmarks/RESULTS.md, FIRE rows).
+    # A K = 1 product, not the broadcast x[..., None] * w1[0]: on XLA-CPU that form keeps a
+    # [B, H, T, S, W] temporary for the backward.
     return jax.nn.relu(x[..., None] @ w1_1xW + b1_W) @ w2_WxH + b2_H
 
 

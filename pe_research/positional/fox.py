@@ -16,7 +16,7 @@ key alone. With a square W_k (d_model = heads x head size) that spans the same g
 w_h . x_t. The query/key transform appends each key's log f_t to it as two more channels (the
 queries get zeros there, so q . k is unchanged): the decoding cache, which stores transformed
 keys, then holds every gate, computed once per token instead of for the whole cache at every
-step (benchmarks/RESULTS.md).
+step.
 
 Each row's real keys are contiguous and a query's last visible key is itself, so for every
 visible key the bias is c at the query's last visible key minus c_j, exactly the sum above:

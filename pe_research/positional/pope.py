@@ -80,5 +80,5 @@ class PoPE(PositionalScheme):
     def explicit_attention(self, q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias_BxHxTxS, mask_BxTxS,
                            q_positions_BxT, k_positions_BxS, kind):
         # Written out rather than the fused kernel over values padded to 2D with zeros: the
-        # padding copied the whole decoding cache at every step (benchmarks/RESULTS.md).
+        # padding copied the whole decoding cache at every step.
         return attention(q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias_BxHxTxS, mask_BxTxS)

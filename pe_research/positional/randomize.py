@@ -36,7 +36,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from pe_research.errors import ConfigError, check_choice
+from pe_research.core.errors import ConfigError, check_choice
 from pe_research.positional.base import PositionalScheme
 
 RANDOMIZE_DEFAULTS: dict[str, Any] = {"max_position": 0, "eval_policy": "randomized",

@@ -8,7 +8,7 @@ from typing import Any
 
 from flax import nnx
 
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.positional.alibi import ALiBi
 from pe_research.positional.base import PositionalScheme
 from pe_research.positional.cope import CoPE

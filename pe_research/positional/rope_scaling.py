@@ -24,7 +24,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 
 SCALING_TYPES = ("none", "pi", "ntk", "yarn")
 DEFAULT_SCALING: dict[str, Any] = {

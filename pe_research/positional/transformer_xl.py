@@ -18,8 +18,7 @@ randomized-positions benchmark code. Acts in: encoder self and decoder self atte
 As in the authors' code (kimiyoung/transformer-xl, ``mem_transformer.py``: ``rw_head_q = w_head_q
 + r_w_bias``), u enters the query, so the attention kernel's own product computes
 (q_i + u) . k_j; the bias is then the position term alone, with (q_i + u) + (v - u) = q_i + v.
-A separate u . k_j term cost the cached decoder a copy of every cached key at every step
-(benchmarks/RESULTS.md).
+A separate u . k_j term cost the cached decoder a copy of every cached key at every step.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as policies
 
 from pe_research.config import best_mode
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.runs.run_dir import CORRUPT_DIR, RunDir
 
 # Orbax's message when a checkpoint is readable but its tree differs from the restore target.

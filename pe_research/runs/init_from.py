@@ -23,12 +23,12 @@ import jax
 import ml_collections
 from flax import nnx
 
-from pe_research.config import flat_config, load_run_config, to_dict
-from pe_research.errors import ConfigError
+from pe_research.config import flat_config, to_dict
+from pe_research.core.errors import ConfigError
 from pe_research.model import abstract_model
 from pe_research.runs.checkpoint import abstract_like, run_checkpointer
 from pe_research.runs.restore import candidate_steps, restore_params
-from pe_research.runs.run_dir import RunDir
+from pe_research.runs.run_dir import RunDir, load_run_config
 from pe_research.tasks import Task, Vocabulary
 
 KEY = "train.init_from"

@@ -14,7 +14,7 @@ import socket
 from pathlib import Path
 from types import TracebackType
 
-from pe_research.errors import UsageError
+from pe_research.core.errors import UsageError
 
 LOCK_FILE = ".lock"
 

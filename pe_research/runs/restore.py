@@ -20,12 +20,12 @@ import ml_collections
 from flax import nnx
 from jax.sharding import Mesh
 
-from pe_research.config import load_run_config, split_override
-from pe_research.errors import ConfigError
-from pe_research.mesh import data_mesh, replicated
+from pe_research.config import split_override
+from pe_research.core.errors import ConfigError
 from pe_research.model import TokenModel, abstract_model, build_model
 from pe_research.runs.checkpoint import Checkpointer, abstract_like, run_checkpointer
-from pe_research.runs.run_dir import RunDir
+from pe_research.runs.run_dir import RunDir, load_run_config
+from pe_research.runtime import data_mesh, replicated
 from pe_research.tasks import Task, Vocabulary, get_task, task_class
 
 CHECKPOINT_CHOICES = ("best", "latest")

@@ -1,4 +1,4 @@
-"""A run directory and every path in it, named in this one place.
+"""A run directory and every path in it, named in this one place; its ``config.json``.
 
     RUN_DIR/
       config.json            the full, validated config (+ "history": changes made on resume)
@@ -18,11 +18,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pe_research.errors import ConfigError, UsageError
+import ml_collections
+
+from pe_research.config import apply_overrides, from_mapping, to_dict, validate_config
+from pe_research.core.atomic_files import atomic_write_text
+from pe_research.core.errors import ConfigError, UsageError
 from pe_research.tasks.vocabulary import VOCABULARY_FILE
 
 HISTORY_KEY = "history"  # in config.json, beside the config: what changed on each resume
@@ -119,3 +123,30 @@ class RunDir:
         if not self.is_run():
             return []
         return list(json.loads(self.config.read_text()).get(HISTORY_KEY, []))
+
+
+def save_config(config: ml_collections.ConfigDict, run_dir: str | Path,
+                history: Sequence[Mapping[str, Any]] = ()) -> Path:
+    """Write the run directory's ``config.json`` atomically, with its resume ``history``."""
+    path = RunDir(run_dir).config
+    path.parent.mkdir(parents=True, exist_ok=True)
+    values = to_dict(config)
+    if history:
+        values[HISTORY_KEY] = list(history)
+    return atomic_write_text(path, json.dumps(values, indent=2, sort_keys=True) + "\n")
+
+
+def read_run_config(run_dir: str | Path) -> dict[str, Any]:
+    """A run's ``config.json`` as plain values, completed with today's defaults: keys added
+    since the run was written read as their defaults, so old and new runs compare."""
+    return to_dict(from_mapping(RunDir(run_dir).read_config()))
+
+
+def load_run_config(run_dir: str | Path, overrides: Sequence[str] = (), *,
+                    validate: bool = True) -> ml_collections.ConfigDict:
+    """The config saved in a run directory, completed, overridden and validated."""
+    values = RunDir(run_dir).read_config()
+    config = apply_overrides(from_mapping(values), overrides)
+    if validate:
+        validate_config(config)
+    return config

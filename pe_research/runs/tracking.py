@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from pe_research.atomic_files import atomic_write_text
+from pe_research.core.atomic_files import atomic_write_text
 from pe_research.runs.run_dir import RunDir
 
 WANDB_INIT_TIMEOUT_S = 30.0

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.evaluation.memory import SHARING_ENV
 from pe_research.sweeps.state import SweepDir, record_jobs
 from pe_research.sweeps.worker import run_point

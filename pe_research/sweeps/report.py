@@ -16,15 +16,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pe_research.atomic_files import atomic_write_text
-from pe_research.config.files import read_run_config
 from pe_research.config.naming import value_name
+from pe_research.core.atomic_files import atomic_write_text
 from pe_research.evaluation.compare import compare_runs, config_value, has_key
 from pe_research.evaluation.paper_table import write_paper_table
 from pe_research.evaluation.range_eval import evaluate_members
 from pe_research.evaluation.results import write_results
 from pe_research.runs.restore import load_run
-from pe_research.runs.run_dir import RunDir
+from pe_research.runs.run_dir import RunDir, read_run_config
 from pe_research.sweeps.state import SweepDir, refresh
 
 

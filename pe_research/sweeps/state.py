@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pe_research.atomic_files import atomic_write_text
-from pe_research.errors import ConfigError
+from pe_research.core.atomic_files import atomic_write_text
+from pe_research.core.errors import ConfigError
 from pe_research.runs.run_dir import RunDir
 from pe_research.sweeps.spec import SweepPlan
 

@@ -24,15 +24,14 @@ def _one_line(error: BaseException) -> str:
 
 
 def run_point(sweep_dir: str | Path, index: int) -> dict[str, Any]:
-    """Train grid point ``index`` of the sweep (compilation cache on, ``cpu_heap`` if asked);
-    returns (and records) each run's outcome."""
-    from pe_research import compile_cache, cpu_heap
+    """Train grid point ``index`` of the sweep (after ``runtime.setup()``); returns (and
+    records) each run's outcome."""
+    from pe_research import runtime
     from pe_research.config import from_mapping
     from pe_research.training.ensemble import train_ensemble
     from pe_research.training.loop import train
 
-    compile_cache.enable()
-    cpu_heap.before_backends()
+    runtime.setup()
     paths = SweepDir(sweep_dir)
     plan = paths.read_point(index)
     todo = [run for run in plan["runs"]

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.tasks.vocabulary import PAD_ID, Vocabulary
 
 LENGTH_SAMPLING = ("per_batch", "mixed")

@@ -6,7 +6,7 @@ import platform
 import sysconfig
 from pathlib import Path
 
-from pe_research.atomic_files import atomic_write_text
+from pe_research.core.atomic_files import atomic_write_text
 
 
 def stdlib_sources() -> list[Path]:

@@ -18,7 +18,7 @@ import datasets
 import numpy as np
 import pyarrow as pa
 
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.tasks.base import LENGTH_SAMPLING, Examples, Task, check_length_range
 from pe_research.tasks.vocabulary import PAD_ID, Vocabulary
 

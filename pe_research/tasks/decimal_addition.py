@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.tasks.algorithmic import AlgorithmicTask, Generated, digit_symbols
 
 PLUS = 10  # symbol index of '+'

@@ -22,7 +22,7 @@ from typing import Any
 import datasets
 import numpy as np
 
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.tasks.base import LENGTH_SAMPLING, Examples, Task, check_length_range
 from pe_research.tasks.bpe import BYTE_SYMBOLS, bpe_ids, bpe_symbols, bpe_text, learn_bpe
 from pe_research.tasks.dataset_task import Ragged, quiet_datasets

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.tasks.base import Task
 from pe_research.tasks.binary import BinaryAddition, BinaryMultiplication, ComputeSqrt
 from pe_research.tasks.brackets import ModularArithmeticBrackets, SolveEquation

@@ -15,7 +15,7 @@ from typing import Any
 
 import datasets
 
-from pe_research.errors import ConfigError
+from pe_research.core.errors import ConfigError
 from pe_research.tasks.dataset_task import (
     DatasetTask,
     build_vocabulary,

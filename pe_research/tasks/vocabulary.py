@@ -8,10 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from pe_research.atomic_files import atomic_write_text
-from pe_research.errors import ConfigError
-from pe_research.special_tokens import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS
+from pe_research.core.atomic_files import atomic_write_text
+from pe_research.core.errors import ConfigError
 
+# Token ids every vocabulary reserves: padding, begin and end of the target sequence.
+PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
+SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>")
 UNK_TOKEN = "<unk>"
 VOCABULARY_FILE = "vocabulary.json"
 

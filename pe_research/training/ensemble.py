@@ -24,11 +24,18 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import ml_collections
+from flax import nnx
 
 from pe_research import data
 from pe_research.config import flat_config, to_dict, validate_config
-from pe_research.errors import ConfigError
-from pe_research.mesh import (
+from pe_research.config.validate import steps_per_call
+from pe_research.core.errors import ConfigError
+from pe_research.model import build_model, model_line
+from pe_research.runs.checkpoint import abstract_like, run_checkpointer
+from pe_research.runs.lock import RunDirLock
+from pe_research.runs.restore import run_task
+from pe_research.runs.tracking import make_writer
+from pe_research.runtime import (
     DATA_AXIS,
     MEMBERS_AXIS,
     check_batch_fits,
@@ -38,23 +45,15 @@ from pe_research.mesh import (
     member_sharded,
     replicated,
 )
-from pe_research.model import build_model, model_line
-from pe_research.runs.checkpoint import abstract_like, run_checkpointer
-from pe_research.runs.lock import RunDirLock
-from pe_research.runs.restore import run_task
-from pe_research.runs.tracking import make_writer
 from pe_research.training.loop import (
     config_changes,
     init_source,
     prepare_run_dir,
     start_from_source,
 )
-from pe_research.training.optimizer import make_optimizer
 from pe_research.training.periodic_eval import PeriodicEvaluator
+from pe_research.training.step import make_steps
 from pe_research.training.step_loop import MemberRun, StepLoop, all_finite
-from pe_research.training.steps import make_ensemble_steps, make_steps
-from pe_research.training.steps_per_call import steps_per_call
-from pe_research.training.stored_optimizer_state import stored_skeleton, trained_state
 
 # What may differ between the members of one ensemble (everything else is shared).
 MEMBER_KEYS = ("seed", "train.learning_rate", "wandb.name")
@@ -146,44 +145,41 @@ def _restore_common_step(checkpointers: Sequence[Any], params: Any, opt_state: A
 def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
                   cleanup: contextlib.ExitStack) -> EnsembleResult:
     vocab_size = tasks[0].vocabulary.size
-    singles = [make_steps(build_model(config, vocab_size), config.train, config.seed, eval_mesh,
-                          config.eval.query_block) for config in configs]
-    member_params = [params for _, params in singles]
-    member_opt = [make_optimizer(config.train).init(params)
-                  for config, params in zip(configs, member_params, strict=True)]
-    first = singles[0][0]
+    split = [nnx.split(build_model(config, vocab_size), nnx.Param, ...) for config in configs]
+    graphdef, _, rest = split[0]
+    rates = [float(config.train.learning_rate) for config in configs]
+    steps = make_steps(graphdef, rest, configs[0].train, mesh,
+                       [config.seed for config in configs],
+                       rates if len(set(rates)) > 1 else None, configs[0].eval.query_block,
+                       ensemble=True)
+    on_eval_mesh = replicated(eval_mesh)
+    member_params = [jax.device_put(params, on_eval_mesh) for _, params, _ in split]
+    member_opt = [steps.optimizer.init(params) for params in member_params]
     checkpointers = [run_checkpointer(config, run_dir)
                      for config, run_dir in zip(configs, run_dirs, strict=True)]
     for checkpointer in checkpointers:
         cleanup.callback(checkpointer.close)
-    on_eval_mesh = replicated(eval_mesh)
     start, restored = _restore_common_step(
         checkpointers, abstract_like(member_params[0], on_eval_mesh),
-        stored_skeleton(member_params[0], configs[0].train, on_eval_mesh))
+        abstract_like(member_opt[0], on_eval_mesh))
     windows: list[Any] = [None] * len(configs)
     initialised: list[Any] = [None] * len(configs)
     if restored is None and configs[0].train.init_from:
         for k, (config, task) in enumerate(zip(configs, tasks, strict=True)):
             member_params[k], member_opt[k], initialised[k] = start_from_source(
-                config, task, sources[k], member_params[k], on_eval_mesh)
+                config, task, sources[k], member_params[k], on_eval_mesh, steps.optimizer)
     if restored is not None:
         member_params = [items["params"] for items in restored]
-        member_opt = [trained_state(items["opt_state"], items["params"], config.train)
-                      for items, config in zip(restored, configs, strict=True)]
+        member_opt = [items["opt_state"] for items in restored]
         windows = [items["meta"].get("train_window") for items in restored]
         print(f"resuming {len(configs)} members from step {start} "
               f"(of {configs[0].train.steps})", flush=True)
     stacked = member_sharded(mesh)
     params = jax.device_put(stack(member_params), stacked)
     opt_state = jax.device_put(stack(member_opt), stacked)
-    rates = [float(config.train.learning_rate) for config in configs]
     print(f"ensemble of {len(configs)} members on {mesh.shape[MEMBERS_AXIS]} x "
           f"{mesh.shape[DATA_AXIS]} devices (members x data)", flush=True)
     print(model_line(configs[0], vocab_size, member_params[0]), flush=True)
-    steps = make_ensemble_steps(first.graphdef, first.rest, configs[0].train,
-                                [config.seed for config in configs],
-                                rates if len(set(rates)) > 1 else None, mesh,
-                                configs[0].eval.query_block)
 
     members = []
     for k, (config, run_dir, task) in enumerate(zip(configs, run_dirs, tasks, strict=True)):
@@ -191,7 +187,7 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
         writer = make_writer(config.wandb, run_dir, resume_step=start if restored else None,
                              hparams=to_dict(config))
         cleanup.callback(writer.finish)
-        evaluator = PeriodicEvaluator(config, task, eval_mesh, steps.member_evaluate(config.seed),
+        evaluator = PeriodicEvaluator(config, task, eval_mesh, steps.evaluator(config.seed),
                                       run_dir)
         members.append(MemberRun(config, run_dir, vocab_size, checkpointers[k], writer,
                                  evaluator, windows[k]))

@@ -20,22 +20,10 @@ import jax
 import ml_collections
 from jax.sharding import Mesh
 
-from pe_research import data
-from pe_research.config import (
-    flat_config,
-    from_mapping,
-    save_config,
-    to_dict,
-    validate_config,
-)
-from pe_research.errors import ConfigError
-from pe_research.mesh import (
-    check_batch_fits,
-    data_mesh,
-    maybe_initialize_distributed,
-    replicated,
-    sync_processes,
-)
+from pe_research import data, runtime
+from pe_research.config import flat_config, from_mapping, to_dict, validate_config
+from pe_research.config.validate import steps_per_call
+from pe_research.core.errors import ConfigError
 from pe_research.model import model_line
 from pe_research.runs.checkpoint import abstract_like, run_checkpointer
 from pe_research.runs.init_from import (
@@ -46,21 +34,18 @@ from pe_research.runs.init_from import (
 )
 from pe_research.runs.lock import RunDirLock
 from pe_research.runs.restore import run_task
-from pe_research.runs.run_dir import RunDir
+from pe_research.runs.run_dir import RunDir, save_config
 from pe_research.runs.tracking import make_writer
-from pe_research.training.optimizer import make_optimizer
+from pe_research.runtime import check_batch_fits, data_mesh, replicated, sync_processes
 from pe_research.training.periodic_eval import PeriodicEvaluator
+from pe_research.training.step import initial_train_state
 from pe_research.training.step_loop import MemberRun, StepLoop
-from pe_research.training.steps import initial_train_state
-from pe_research.training.steps_per_call import steps_per_call
-from pe_research.training.stored_optimizer_state import stored_skeleton, trained_state
 
 # Keys that may change when an existing run directory is trained further. The learning rate
 # and clipping may change so that a diverged run can go on from its last good checkpoint.
 RESUMABLE_CHANGES = ("train.steps", "train.log_every", "train.eval_every",
                      "train.checkpoint_every", "train.learning_rate", "train.clip_norm",
-                     "train.steps_per_call", "train.optimizer_layout", "data.prefetch",
-                     "wandb.")
+                     "train.steps_per_call", "wandb.")
 # Resumable changes that alter the trained model and are recorded in config.json's history.
 RECORDED_CHANGES = ("train.steps", "train.learning_rate", "train.clip_norm")
 
@@ -105,13 +90,13 @@ def init_source(config: ml_collections.ConfigDict, run_dir: Path, task: Any,
 
 
 def start_from_source(config: ml_collections.ConfigDict, task: Any, source: InitSource | None,
-                      params: Any, sharding: jax.sharding.Sharding,
+                      params: Any, sharding: jax.sharding.Sharding, optimizer: Any,
                       ) -> tuple[Any, Any, dict[str, Any]]:
-    """Parameters of the ``train.init_from`` checkpoint, a fresh optimizer state for them, and
-    the record for config.json's history."""
+    """Parameters of the ``train.init_from`` checkpoint, a fresh ``optimizer`` state for them,
+    and the record for config.json's history."""
     source = source or check_init_source(config, task)  # when the run's own steps were unreadable
     step, params = restore_source_params(source, config.train.init_checkpoint, params, sharding)
-    opt_state = jax.device_put(make_optimizer(config.train).init(params), sharding)
+    opt_state = jax.device_put(optimizer.init(params), sharding)
     return params, opt_state, source.record(step, config)
 
 
@@ -150,7 +135,7 @@ def train(config: ml_collections.ConfigDict, workdir: str | Path, *,
     the one already there.
     """
     validate_config(config)
-    maybe_initialize_distributed(config.distributed)
+    runtime.initialize_distributed(config.distributed)
     run_dir = Path(workdir).absolute()
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError("--workdir", str(workdir), "is a file, not a directory; choose a "
@@ -178,18 +163,17 @@ def _train_locked(config: ml_collections.ConfigDict, run_dir: Path, task: Any, m
     try:
         restored = checkpointer.restore_latest_good(
             params=abstract_like(params, replicated(mesh)),
-            opt_state=stored_skeleton(params, config.train, replicated(mesh)), quarantine=True)
+            opt_state=abstract_like(opt_state, replicated(mesh)), quarantine=True)
         if restored is None and config.train.init_from:
-            params, opt_state, initialised = start_from_source(config, task, source, params,
-                                                               replicated(mesh))
+            params, opt_state, initialised = start_from_source(
+                config, task, source, params, replicated(mesh), steps.optimizer)
     except BaseException:
         checkpointer.close()
         raise
     start, window = 0, None
     if restored is not None:
         start, items = restored
-        params = items["params"]
-        opt_state = trained_state(items["opt_state"], params, config.train)
+        params, opt_state = items["params"], items["opt_state"]
         window = items["meta"].get("train_window")
         if jax.process_index() == 0:
             print(f"resuming {run_dir} from step {start} (of {config.train.steps})", flush=True)
@@ -199,8 +183,9 @@ def _train_locked(config: ml_collections.ConfigDict, run_dir: Path, task: Any, m
 
     writer = make_writer(config.wandb, run_dir, process_index=jax.process_index(),
                          resume_step=start if restored else None, hparams=to_dict(config))
-    member = MemberRun(config, run_dir, task.vocabulary.size, checkpointer, writer,
-                       PeriodicEvaluator(config, task, mesh, steps, run_dir), window)
+    evaluator = PeriodicEvaluator(config, task, mesh, steps.evaluator(config.seed), run_dir)
+    member = MemberRun(config, run_dir, task.vocabulary.size, checkpointer, writer, evaluator,
+                       window)
 
     def batch(data_step: int) -> dict[str, jax.Array]:
         local = data.train_batch(task, config.data, config.seed, data_step,

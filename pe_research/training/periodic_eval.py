@@ -8,7 +8,7 @@ Metric names: ``eval/<metric>`` and ``eval_length_<n>/<metric>``.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,19 +18,20 @@ import numpy as np
 from jax.sharding import Mesh
 
 from pe_research import data
-from pe_research.mesh import sync_processes, to_host
 from pe_research.runs.run_dir import RunDir
-from pe_research.training.steps import Steps, summarize
+from pe_research.runtime import sync_processes, to_host
+from pe_research.training.step import summarize
 
 HELD_OUT_SEED_OFFSET = 7_919  # held-out in-distribution batches never share the training stream
 
 
 class PeriodicEvaluator:
-    """Evaluates parameters on fixed data; the data is built once, at construction."""
+    """Evaluates parameters with ``evaluate(params, batch) -> sums`` on fixed data, built once,
+    at construction."""
 
-    def __init__(self, config: ml_collections.ConfigDict, task: Any, mesh: Mesh, steps: Steps,
-                 run_dir: str | Path):
-        self.config, self.task, self.mesh, self.steps = config, task, mesh, steps
+    def __init__(self, config: ml_collections.ConfigDict, task: Any, mesh: Mesh,
+                 evaluate: Callable[[Any, Any], dict[str, jax.Array]], run_dir: str | Path):
+        self.config, self.task, self.mesh, self.evaluate = config, task, mesh, evaluate
         self.held_out = [
             data.train_batch(task, config.data, config.seed + HELD_OUT_SEED_OFFSET, step,
                              jax.process_index(), jax.process_count())
@@ -62,7 +63,7 @@ class PeriodicEvaluator:
 
     def _run(self, params: Any, local_batches) -> dict[str, float]:
         totals: dict[str, float] = {}
-        pending = [self.steps.evaluate(params, data.global_batch(batch, self.mesh))
+        pending = [self.evaluate(params, data.global_batch(batch, self.mesh))
                    for batch in local_batches]
         for sums in pending:
             for key, value in sums.items():

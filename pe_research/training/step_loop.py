@@ -1,12 +1,11 @@
 """The step loop shared by a single run and an ensemble: metric windows, logging, evaluation,
 finiteness checks and checkpoints per member (``MemberRun``), steps and progress (``StepLoop``).
 
-Steps run ``steps_per_call`` at a time, one jitted call each (``train.steps_per_call``). A call
-is dispatched before the previous call's metrics are read, so the host prepares the next batches
-while the device works; the state crosses calls as a flat list of its leaves (``leaf_state``).
-NaN/Inf in the loss, the gradient norm or the state about to be saved stops a member before any
-checkpoint of that step is written: checkpoints are written between calls, after every step's
-metrics up to them have been read.
+Steps run ``steps_per_call`` at a time, one call of the ``CompiledStep`` each
+(``train.steps_per_call``). A call is dispatched before the previous call's metrics are read, so
+the host makes the next batches while the device works. NaN/Inf in the loss, the gradient norm
+or the state about to be saved stops a member before any checkpoint of that step is written:
+checkpoints are written between calls, after every step's metrics up to them have been read.
 """
 
 from __future__ import annotations
@@ -25,12 +24,9 @@ import numpy as np
 from tqdm import tqdm
 
 from pe_research.config import to_dict
-from pe_research.evaluation.metrics import training_metrics
-from pe_research.mesh import to_host
-from pe_research.training.leaf_state import OverLeaves, to_leaves
+from pe_research.model.metrics import training_metrics
+from pe_research.runtime import to_host
 from pe_research.training.optimizer import learning_rate_schedule
-from pe_research.training.prefetch import Prefetcher
-from pe_research.training.stored_optimizer_state import stored_state
 
 
 class DivergedError(RuntimeError):
@@ -127,9 +123,7 @@ class MemberRun:
         meta = {"step": step, "data_step": step, "seed": self.config.seed,
                 "vocab_size": self.vocab_size, "compilations": compilations,
                 "train_window": {"sums": dict(self.window), "steps": self.window_steps}}
-        self.checkpointer.save(step, params=params,
-                               opt_state=stored_state(opt_state, params, self.config.train),
-                               meta=meta,
+        self.checkpointer.save(step, params=params, opt_state=opt_state, meta=meta,
                                config=to_dict(self.config), metrics=eval_metrics or None)
         self.last_checkpoint = step
         return True
@@ -140,7 +134,7 @@ class StepLoop:
 
     ``batch(data_step)`` gives the global batch (member-stacked for an ensemble);
     ``member_state(tree, k)`` takes member k's part of stacked state; ``steps_per_call`` steps
-    run per call (``steps.train_many``) wherever a call starts on a multiple of it. A single
+    run per call of ``steps.train`` wherever a call starts on a multiple of it. A single
     run stops with ``DivergedError`` on NaN/Inf; an ensemble stops only the member that
     diverged, and raises once every member has.
     """
@@ -169,7 +163,7 @@ class StepLoop:
 
     def read(self, first: int, count: int, metrics: dict[str, jax.Array]) -> None:
         """Bring the metrics of steps ``first .. first + count - 1`` to the host (leading axis
-        ``[count]`` when ``count`` > 1); stop members on NaN/Inf."""
+        ``[count]``); stop members on NaN/Inf."""
         values = {key: np.asarray(to_host(value), np.float64).reshape(count, -1)
                   for key, value in metrics.items()}
         for index in range(count):
@@ -185,32 +179,22 @@ class StepLoop:
         return k if k > 1 and done % k == 0 and done + k <= total else 1
 
     def run(self, params: Any, opt_state: Any, start: int) -> tuple[Any, Any]:
-        depth = int(self.members[0].config.data.get("prefetch", 0))
-        with Prefetcher(self.batch, depth, end=self.train_cfg.steps) as batch:
-            return self._run(params, opt_state, start, batch)
-
-    def _run(self, params: Any, opt_state: Any, start: int, batch: Any) -> tuple[Any, Any]:
+        """Train from step ``start`` to ``train.steps``; the final ``(params, opt_state)``."""
         total = self.train_cfg.steps
         progress = tqdm(total=total, initial=start, desc="train", unit="step", smoothing=0.1,
                         disable=jax.process_index() != 0, dynamic_ncols=True)
         window_start, pending, step = time.perf_counter(), None, start
-        # The state crosses calls as leaves (``leaf_state``); its pytrees are rebuilt only to
-        # evaluate, check and save it.
-        state, treedef = to_leaves(params, opt_state)
-        train = OverLeaves(self.steps.train, treedef)
-        train_many = OverLeaves(self.steps.train_many, treedef)
+        train = self.steps.train
+        train.hold(params, opt_state)
         while step < total:
             # Update `step + 1` trains on the data stream's entry `step`.
             count = self.call_length(step, total)
-            batches = [batch(s) for s in range(step, step + count)]
+            batches = [self.batch(s) for s in range(step, step + count)]
             if count > 1 and len({shapes(b) for b in batches}) > 1:
                 # train_shapes (which chose K) says this cannot happen; if it does, run them
                 # one per call rather than fail.
                 count, batches = 1, batches[:1]
-            if count == 1:
-                state, metrics = train(state, batches[0], step)
-            else:
-                state, metrics = train_many(state, batches, step)
+            metrics = train(batches, step)
             if pending is not None:
                 self.read(*pending)
                 progress.update(pending[1])
@@ -227,12 +211,11 @@ class StepLoop:
             if log_due:
                 elapsed = time.perf_counter() - window_start
                 self.steps_per_second = self.timed_steps / max(elapsed, 1e-9)
-            params, opt_state = jax.tree.unflatten(treedef, state)
-            self.log_eval_save(step, params, opt_state, log_due, eval_due, save_due, progress)
+            self.log_eval_save(step, *train.state(), log_due, eval_due, save_due, progress)
             # Evaluation and saving are not training speed.
             window_start, self.timed_steps = time.perf_counter(), 0
         progress.close()
-        return jax.tree.unflatten(treedef, state)
+        return train.state()
 
     def log_eval_save(self, step: int, params: Any, opt_state: Any, log_due: bool,
                       eval_due: bool, save_due: bool, progress: tqdm) -> None:

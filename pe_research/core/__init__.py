@@ -1,0 +1,1 @@
+"""Leaves every package uses: the errors a user can fix, and files written whole."""

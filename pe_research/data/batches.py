@@ -1,0 +1,153 @@
+"""Training batches: length sampling, bucket padding, and the checks of ``config.data``.
+
+A Batch is a dict of arrays (B examples, S source and T target positions, both padded up
+to a length bucket so the number of compiled shapes is at most the number of buckets):
+
+    source        int32 [B, S]  task tokens, padded with PAD_ID (0)
+    source_mask   bool  [B, S]  True on real source tokens
+    target_input  int32 [B, T]  BOS_ID (1) + target tokens (teacher forcing input)
+    target_output int32 [B, T]  target tokens + EOS_ID (2)
+    target_mask   bool  [B, T]  True on real target_output tokens, EOS included
+    lengths       int32 [B]     task length n of each example (0 on batch-padding rows)
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from pe_research.core.errors import ConfigError, check_choice, check_divisible
+from pe_research.tasks.base import LENGTH_SAMPLING, Examples, Task, check_length_range, pad_columns
+from pe_research.tasks.vocabulary import BOS_ID, EOS_ID
+
+Batch = dict[str, np.ndarray]
+BATCH_KEYS = ("source", "source_mask", "target_input", "target_output", "target_mask", "lengths")
+# Random streams: the plan of a global batch is shared by all processes, examples are not.
+PLAN_STREAM, EXAMPLE_STREAM = 0x91A7, 0xE8A3
+
+
+def bucket_length(n: int, buckets: Sequence[int]) -> int:
+    """Smallest bucket >= ``n`` (0 for a task without a source); ConfigError naming
+    ``data.buckets`` if none is that long."""
+    if n == 0:
+        return 0
+    for bucket in sorted(int(b) for b in buckets):
+        if bucket >= n:
+            return bucket
+    raise ConfigError("data.buckets", tuple(buckets),
+                      f"no bucket holds {n} tokens; add one >= {n} (e.g. {_next_power_of_two(n)})")
+
+def covering_buckets(buckets: Sequence[int], width: int) -> tuple[int, ...]:
+    """``buckets``, plus the next power of two >= ``width`` when no bucket holds it."""
+    widths = {int(b) for b in buckets}
+    if max(widths, default=0) < width:
+        widths.add(_next_power_of_two(width))
+    return tuple(sorted(widths))
+
+def make_batch(examples: Examples, source_width: int, target_width: int) -> Batch:
+    """Examples -> Batch padded to ``[B, source_width]`` and ``[B, target_width]``."""
+    count = len(examples)
+    target_lengths = examples.target_lengths
+    if target_width < int(target_lengths.max(initial=0)) + 1:
+        raise ValueError(f"target width {target_width} leaves no room for EOS")
+    target = pad_columns(examples.target, target_width)
+    target_output = target.copy()
+    target_output[np.arange(count), target_lengths] = EOS_ID
+    target_input = np.concatenate([np.full((count, 1), BOS_ID, np.int32), target[:, :-1]], 1)
+    return {
+        "source": pad_columns(examples.source, source_width).astype(np.int32),
+        "source_mask": np.arange(source_width) < examples.source_lengths[:, None],
+        "target_input": target_input.astype(np.int32),
+        "target_output": target_output.astype(np.int32),
+        "target_mask": np.arange(target_width) < target_lengths[:, None] + 1,
+        "lengths": examples.lengths.astype(np.int32),
+    }
+
+def check_data_block(data_cfg: Mapping[str, Any]) -> None:
+    """The ``config.data`` checks that need no task: batch size, sampling, buckets, lengths."""
+    batch_size = data_cfg["batch_size"]
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError("data.batch_size", batch_size, "a positive integer")
+    check_choice("data.length_sampling", data_cfg.get("length_sampling", "per_batch"),
+                 LENGTH_SAMPLING)
+    buckets = tuple(data_cfg["buckets"])
+    if (not buckets or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets)
+            or list(buckets) != sorted(set(buckets))):
+        raise ConfigError("data.buckets", buckets, "a non-empty, strictly increasing tuple of "
+                          "positive lengths, e.g. (16, 32, 64)")
+    if check_length_range(data_cfg["train_lengths"])[0] < 1:
+        raise ConfigError("data.train_lengths", tuple(data_cfg["train_lengths"]),
+                          "task lengths are positive integers")
+    samples = data_cfg.get("eval_samples", 1)
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise ConfigError("data.eval_samples", samples, "a positive integer")
+
+def check_data_config(task: Task, data_cfg: Mapping[str, Any],
+                      eval_lengths: Sequence[int] = ()) -> None:
+    """Every ``config.data`` check, those that need the task too; run before anything compiles."""
+    check_data_block(data_cfg)
+    low, high = check_length_range(data_cfg["train_lengths"])
+    task.check_lengths((low, high), "data.train_lengths")
+    if eval_lengths:
+        task.check_lengths(eval_lengths, "eval lengths")
+    longest = max([high, *eval_lengths])
+    source, target = task.widest(range(low, longest + 1))
+    bucket_length(source, data_cfg["buckets"])
+    bucket_length(target + 1, data_cfg["buckets"])
+
+def train_batch(task: Task, data_cfg: Mapping[str, Any], seed: int, step: int,
+                process_index: int = 0, process_count: int = 1) -> Batch:
+    """This process's slice of global training batch ``step``, fixed by the arguments.
+
+    Lengths (or dataset rows) of the whole global batch come from a stream of
+    ``(seed, step)`` that every process shares, so all processes agree on the padded
+    shape; the tokens come from a stream of ``(seed, step, process_index)``.
+    """
+    global_size = int(data_cfg["batch_size"])
+    check_divisible("data.batch_size", global_size, process_count, "process count")
+    plan_rng = np.random.default_rng([seed, PLAN_STREAM, step])
+    keys = task.draw_train_keys(plan_rng, global_size, data_cfg["train_lengths"],
+                                data_cfg.get("length_sampling", "per_batch"))
+    source_len, target_len = task.max_lengths(keys)
+    buckets = tuple(data_cfg["buckets"])
+    source_width = bucket_length(source_len, buckets)
+    target_width = max(bucket_length(target_len + 1, buckets),
+                       train_target_width(task, tuple(data_cfg["train_lengths"]), buckets,
+                                          source_width))
+    local_size = global_size // process_count
+    local_keys = keys[process_index * local_size:(process_index + 1) * local_size]
+    rng = np.random.default_rng([seed, EXAMPLE_STREAM, step, process_index])
+    return make_batch(task.make_examples(local_keys, rng), source_width, target_width)
+
+@functools.lru_cache(maxsize=64)
+def train_target_width(task: Task, train_lengths: tuple[int, int], buckets: tuple[int, ...],
+                       source_width: int) -> int:
+    """The target width of training batches whose source bucket is ``source_width``: the widest
+    target of any training length whose source fits it (one shape per source bucket)."""
+    low, high = check_length_range(train_lengths)
+    natural = {}
+    for n in range(low, high + 1):
+        source, target = task.train_widest([n])
+        if source or target:  # a dataset task may hold no example of this length
+            natural[n] = (bucket_length(source, buckets), bucket_length(target + 1, buckets))
+    return max((t for s, t in natural.values() if s <= source_width), default=0)
+
+def train_shapes(task: Task, data_cfg: Mapping[str, Any]) -> set[tuple[int, int]]:
+    """Every (source width, target width) a training batch of ``data_cfg`` can be padded to."""
+    lengths, buckets = tuple(data_cfg["train_lengths"]), tuple(data_cfg["buckets"])
+    low, high = check_length_range(lengths)
+    shapes = set()
+    for n in range(low, high + 1):
+        source, target = task.train_widest([n])
+        if source or target:
+            source_width = bucket_length(source, buckets)
+            shapes.add((source_width,
+                        max(bucket_length(target + 1, buckets),
+                            train_target_width(task, lengths, buckets, source_width))))
+    return shapes
+
+def _next_power_of_two(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()

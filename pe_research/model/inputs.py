@@ -1,0 +1,69 @@
+"""What the model is given for a batch: positions for each side, the target tokens the loss
+scores, and the teacher-forced forward pass that puts them together.
+
+Positions are explicit inputs: drawn here (``make_positions``) from the scheme's config and a
+key, so randomized positions, offsets and interpolation are only other position arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from pe_research.model.transformer import TokenModel
+from pe_research.positional.randomize import make_positions, split_key
+from pe_research.tasks.vocabulary import EOS_ID
+
+Batch = Mapping[str, jax.Array]
+EVAL_KEY_TAG = 0x0E7A1  # folded into the seed for evaluation-time random positions
+
+
+def eval_position_key(seed: int) -> jax.Array:
+    """The key range evaluation draws test positions from (matters only if randomized)."""
+    return jax.random.split(jax.random.fold_in(jax.random.key(seed), EVAL_KEY_TAG))[0]
+
+
+def batch_positions(pe: Mapping[str, Any], batch: Batch, key: jax.Array, training: bool,
+                    architecture: str = "encoder_decoder") -> tuple[jax.Array, jax.Array]:
+    """Source and target positions for a batch, ``[1, S]``/``[1, T]`` where rows share them;
+    ``key`` is one key, or one per row ``[B]`` (``example_keys``).
+
+    Encoder-decoder: each side from 0 (or drawn) on its own; shared by the rows unless drawn
+    per example (``make_positions``). Single-stack models: one draw over the packed joint
+    sequence (each row's source, then its target side: ``model/single_stack.py``), split at S:
+    ``[1, S]``/``[1, T]`` when shared too. A row with n source tokens then has its target token
+    j at joint position ``n + j``, i.e. in ``source_positions[n + j]`` or ``target_positions[n +
+    j - S]``.
+    """
+    if architecture == "encoder_decoder":
+        source_key, target_key = split_key(key)
+        return (make_positions(pe, batch["source_mask"], source_key, training),
+                make_positions(pe, batch["target_mask"], target_key, training))
+    source_mask, target_mask = batch["source_mask"], batch["target_mask"]
+    width, length = source_mask.shape[1], target_mask.shape[1]
+    real = jnp.sum(target_mask, axis=-1) + jnp.sum(source_mask, axis=-1)
+    joint_mask_BxW = jnp.arange(width + length)[None, :] < real[:, None]
+    joint = make_positions(pe, joint_mask_BxW, split_key(key)[0], training)
+    return joint[:, :width], joint[:, width:]
+
+
+def forward(model: TokenModel, batch: Batch, key: jax.Array, training: bool) -> jax.Array:
+    """Teacher-forced logits ``[B, T, V]``; dropout only in training."""
+    position_key, dropout_key = jax.random.split(key)
+    source_positions, target_positions = batch_positions(
+        model.config.pe, batch, position_key, training, model.config.architecture)
+    use_dropout = training and model.config.dropout_rate > 0
+    return model(batch["source"], batch["target_input"], source_positions, target_positions,
+                 batch["source_mask"], batch["target_mask"],
+                 dropout_key=dropout_key if use_dropout else None)
+
+
+def scored_mask(batch: Batch, predict_eos: bool = True) -> jax.Array:
+    """``[B, T]`` the target tokens the loss and training metrics score: every real one, or
+    (``train.predict_eos`` False, the -EOS model of Newman et al. 2020) all but the end token."""
+    if predict_eos:
+        return batch["target_mask"]
+    return batch["target_mask"] & (batch["target_output"] != EOS_ID)

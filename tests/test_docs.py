@@ -1,0 +1,115 @@
+"""The documents a newcomer reads: the README is a map that runs as written, and every link
+between the documents resolves."""
+
+from __future__ import annotations
+
+import ast
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from pe_research.cli.app import COMMANDS
+from pe_research.config import base_config, flat_config, load_config, to_dict
+from pe_research.positional import SCHEMES, default_pe_config
+from pe_research.tasks import TASKS, default_task_config
+
+README = REPO / "README.md"
+DOCUMENTS = sorted([README, *(REPO / "docs").rglob("*.md"), *(REPO / "benchmarks").glob("*.md")])
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+PATH = re.compile(r"(?<![\w/.])((?:configs|docs|experiments|benchmarks|tests|pe_research)/"
+                  r"[\w/.-]*\w\.(?:py|md|txt))")
+
+
+def code_blocks(text: str, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", text, flags=re.DOTALL)
+
+
+def commands(block: str) -> list[list[str]]:
+    """The shell commands of a bash block, continuation lines joined, comments dropped."""
+    joined = re.sub(r"\\\n\s*", " ", block)
+    return [shlex.split(line, comments=True) for line in joined.splitlines()
+            if line.strip() and not line.strip().startswith("#")]
+
+
+def known_keys() -> set[str]:
+    """Every config key: the schema's, every scheme's ``model.pe`` block, every task's."""
+    keys = set(flat_config(to_dict(base_config())))
+    for name in SCHEMES:
+        keys |= {f"model.pe.{key}" for key in flat_config(dict(default_pe_config(name)))}
+    for name in TASKS:
+        keys |= {f"task.{key}" for key in default_task_config(name)}
+    return keys
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"[`*]", "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.DOTALL)
+    return {slug(line.lstrip("#")) for line in text.splitlines() if line.startswith("#")}
+
+
+def test_the_readme_is_a_map_with_contents():
+    text = README.read_text()
+    assert len(text.splitlines()) <= 300
+    assert "## Contents" in text and "make demo" in text and "make test" in text
+    for target in re.findall(r"- \[[^\]]+\]\((#[\w-]+)\)", text):
+        assert target[1:] in anchors(README), target
+
+
+def test_every_readme_command_uses_a_real_subcommand_and_config_keys():
+    keys = known_keys()
+    seen = set()
+    for block in code_blocks(README.read_text(), "bash"):
+        for words in commands(block):
+            if not words or words[0] != "pe-research":
+                continue
+            assert words[1] in COMMANDS, words
+            seen.add(words[1])
+            overrides = [w for w in words if w.startswith("--config.")]
+            for override in overrides:
+                assert override.split("=", 1)[0].removeprefix("--config.") in keys, override
+            if words[1] == "train":  # a whole training config: it must validate
+                config_file = words[words.index("--config") + 1]
+                load_config(REPO / config_file, overrides)
+    assert {"train", "eval", "compare", "sweep", "analyze"} <= seen
+
+
+def test_the_readmes_python_parses_and_names_only_exported_functions():
+    import pe_research
+
+    for block in code_blocks(README.read_text(), "python"):
+        tree = ast.parse(block)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "pe_research":
+                assert {alias.name for alias in node.names} <= set(pe_research.__all__)
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(REPO)))
+def test_links_and_named_paths_resolve(document):
+    text = document.read_text()
+    for target in LINK.findall(text):
+        if re.match(r"[a-z]+:", target):  # http:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        resolved = (document.parent / path).resolve() if path else document
+        assert resolved.exists(), f"{document.name}: {target}"
+        if anchor and resolved.suffix == ".md":
+            assert anchor in anchors(resolved), f"{document.name}: {target}"
+    for named in PATH.findall(text):
+        assert (REPO / named).exists() or "runs/" in named, f"{document.name} names {named}"
+
+
+def test_a_broken_link_is_seen(tmp_path):
+    document = tmp_path / "a.md"
+    document.write_text("# Title\n\nsee [b](b.md) and [here](#title) and [there](#nowhere)\n")
+    targets = LINK.findall(document.read_text())
+    assert targets == ["b.md", "#title", "#nowhere"]
+    assert not (tmp_path / "b.md").exists()
+    assert "title" in anchors(document) and "nowhere" not in anchors(document)
