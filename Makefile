@@ -4,13 +4,21 @@ PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install test test-fast lint demo clean
+.PHONY: install test test-fast lint demo clean constraints
 
-# Re-install only when pyproject.toml is newer than the last install.
-$(STAMP): pyproject.toml
+# Re-install only when pyproject.toml or the tested versions changed since the last install.
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(PYTHON) -m pip install -q --upgrade pip
-	$(PYTHON) -m pip install -q -e '.[dev]'
+	$(PYTHON) -m pip install -q -e '.[dev]' -c constraints.txt
+	touch $(STAMP)
+
+# The newest versions pyproject.toml allows, installed and frozen as the tested set.
+constraints:
+	test -x $(PYTHON) || python3 -m venv $(VENV)
+	$(PYTHON) -m pip install -q --upgrade -e '.[dev]'
+	{ sed -n '1,2p' constraints.txt; $(PYTHON) -m pip freeze --exclude-editable; } > constraints.new
+	mv constraints.new constraints.txt
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import csv
 import math
+import subprocess
+import sys
 
 import jax
 import matplotlib.colors
 import matplotlib.image
-import matplotlib.pyplot
 import numpy as np
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 from pe_research import cli
 from pe_research.config import base_config
@@ -89,7 +92,7 @@ def read_csv(path):
 
 
 def test_aggregates_over_seeds(run_dirs, tmp_path):
-    paths = compare_runs(run_dirs, tmp_path / "out", threshold=0.85)
+    paths = compare_runs(run_dirs, tmp_path / "out", threshold=0.85).paths
     table = read_csv(paths["csv"])
     assert list(table) == ["alibi", "rope"]
     rope, alibi = table["rope"], table["alibi"]
@@ -129,7 +132,7 @@ def test_curves_measured_with_test_time_settings_say_so_and_judge_the_fit_as_tra
     assert load_curve(run_dirs[0], eval_name="sparse").settings == ("task.blanks_per_token=2",)
     assert load_curve(run_dirs[0]).settings == ()
     learned = [run_dirs[0], run_dirs[2]]  # rope seed 0 and alibi: 100 % on lengths 1-4
-    paths = compare_runs(learned, tmp_path / "sparse", eval_name="sparse")
+    paths = compare_runs(learned, tmp_path / "sparse", eval_name="sparse").paths
     markdown = paths["markdown"].read_text()
     assert "Evaluated with task.blanks_per_token=2, test-time settings" in markdown
     finding = markdown.split("What the curves show: ")[1].split("\n")[0]
@@ -138,7 +141,7 @@ def test_curves_measured_with_test_time_settings_say_so_and_judge_the_fit_as_tra
     assert "Both schemes learned lengths 1-4" in finding  # as trained (eval/eval.json)
     assert ("the training lengths 1-4 themselves fall below 95% decoded exact match for alibi "
             "and rope (75% and 75% on average)") in finding
-    plain = compare_runs(learned, tmp_path / "plain")["markdown"].read_text()
+    plain = compare_runs(learned, tmp_path / "plain").paths["markdown"].read_text()
     assert "Measured with" not in plain and "Evaluated with" not in plain
 
 
@@ -159,11 +162,11 @@ def test_runs_trained_without_the_end_token_are_compared_at_the_oracle_length(ru
                                                                               tmp_path):
     minus = [write_run(tmp_path / "minus", scheme, seed, exact, predict_eos=False)
              for (scheme, seed), exact in CURVES.items()]
-    paths = compare_runs(minus, tmp_path / "out")
+    paths = compare_runs(minus, tmp_path / "out").paths
     assert "Metric: oracle_exact_match" in paths["markdown"].read_text()
     assert float(read_csv(paths["csv"])["alibi"]["ood_mean"]) == pytest.approx(0.8)
     # Next to a +EOS run the default stays the free decode, which every run has.
-    paths = compare_runs([*minus[:2], run_dirs[2]], tmp_path / "both")
+    paths = compare_runs([*minus[:2], run_dirs[2]], tmp_path / "both").paths
     table = read_csv(paths["csv"])
     assert float(table["rope"]["in_dist_mean"]) == 0.0
     assert float(table["alibi"]["ood_mean"]) == pytest.approx(0.8)
@@ -174,7 +177,7 @@ def test_different_training_lengths_are_refused_unless_mixed(run_dirs, tmp_path)
     with pytest.raises(ConfigError, match="data.train_lengths") as error:
         compare_runs([*run_dirs, longer], tmp_path / "out")
     assert error.value.key == "--allow-mixed"
-    paths = compare_runs([*run_dirs, longer], tmp_path / "mixed", allow_mixed=True)
+    paths = compare_runs([*run_dirs, longer], tmp_path / "mixed", allow_mixed=True).paths
     t5 = read_csv(paths["csv"])["t5"]
     assert float(t5["in_dist_mean"]) == 1.0 and float(t5["ood_mean"]) == 0.5  # its own 1-6
     markdown = paths["markdown"].read_text()
@@ -184,29 +187,26 @@ def test_different_training_lengths_are_refused_unless_mixed(run_dirs, tmp_path)
 
 
 def test_every_training_range_is_marked_on_a_mixed_plot():
-    figure, axes = matplotlib.pyplot.subplots()
+    axes = Figure().add_subplot()
     mark_training_ranges(axes, [(1, 4), (1, 6), (1, 4)])
     (span,), lines = axes.patches, axes.lines
     assert span.get_label() == "training lengths 1-4, 1-6"
     xs = axes.transData.inverted().transform(span.get_verts())[:, 0]  # any matplotlib >= 3.8
     np.testing.assert_allclose((xs.min(), xs.max()), (0.5, 6.5))
     assert sorted(line.get_xdata()[0] for line in lines) == [4.5, 6.5]
-    single = matplotlib.pyplot.figure().add_subplot()
+    single = Figure().add_subplot()
     mark_training_ranges(single, [(64, 64)])
     assert single.patches[0].get_label() == "training length 64"
-    matplotlib.pyplot.close(figure)
 
 
 @pytest.mark.parametrize("count", [4, 12, 18])
-def test_no_two_groups_are_drawn_alike(count, tmp_path, monkeypatch):
-    kept = []
-    monkeypatch.setattr(matplotlib.pyplot, "close", kept.append)  # keep the figure to read it
+def test_no_two_groups_are_drawn_alike(count):
     x = np.arange(1, 9)
     groups = {f"scheme{i}": {"lengths": x, "mean": np.full(8, i / 20), "std": np.full(8, 0.01),
                              "best": np.full(8, i / 20 + 0.02), "runs": np.array(3)}
               for i in range(count)}
-    plot_comparison(groups, [(1, 4)], "exact_match", "t", tmp_path / "c.png")
-    lines = [line for line in kept[0].axes[0].lines if line.get_label().startswith("scheme")]
+    figure = plot_comparison(groups, [(1, 4)], "exact_match", "t")
+    lines = [line for line in figure.axes[0].lines if line.get_label().startswith("scheme")]
     mean = {line.get_label().split(" ")[0]: line for line in lines if line.get_linestyle() == "-"}
     best = {line.get_label().split(" ")[0]: line for line in lines if line.get_linestyle() == "--"}
     assert len(mean) == len(best) == count
@@ -216,10 +216,9 @@ def test_no_two_groups_are_drawn_alike(count, tmp_path, monkeypatch):
     for name, line in best.items():  # a group's best-seed line looks like its mean line
         assert line.get_color() == mean[name].get_color()
         assert line.get_marker() == mean[name].get_marker()
-    figure = kept[0]
-    legend = figure.axes[0].get_legend().get_window_extent(figure.canvas.get_renderer())
+    legend = figure.axes[0].get_legend().get_window_extent(
+        FigureCanvasAgg(figure).get_renderer())
     assert legend.y0 >= 0 and legend.y1 <= figure.bbox.height  # every entry on the figure
-    matplotlib.pyplot.close("all")
 
 
 @pytest.mark.parametrize(("low", "high", "ends", "labels"), [
@@ -228,23 +227,46 @@ def test_no_two_groups_are_drawn_alike(count, tmp_path, monkeypatch):
     (4.3, 300.0, (2, 500), ["2", "5", "10", "20", "50", "100", "200", "500"]),
     (3.0, 4e4, (1, 1e5), ["1", "10", "100", "1000", "10000", "100000"]),
 ])
-def test_a_log_axis_ends_at_labelled_ticks_around_the_data(low, high, ends, labels, tmp_path,
-                                                          monkeypatch):
-    kept = []
-    monkeypatch.setattr(matplotlib.pyplot, "close", kept.append)  # keep the figure to read it
+def test_a_log_axis_ends_at_labelled_ticks_around_the_data(low, high, ends, labels):
     x, curve = np.arange(1, 8), np.geomspace(low, high, 7)
     groups = {"alibi": {"lengths": x, "mean": curve, "std": 0 * curve, "best": curve,
                         "runs": np.array(2)}}
-    plot_comparison(groups, [(1, 4)], "perplexity", "t", tmp_path / "c.png")
-    axes = kept[0].axes[0]
-    kept[0].canvas.draw()
+    figure = plot_comparison(groups, [(1, 4)], "perplexity", "t")
+    axes = figure.axes[0]
+    FigureCanvasAgg(figure).draw()
     bottom, top = axes.get_ylim()
     assert (bottom, top) == pytest.approx(ends)
     shown = [tick.get_text() for tick in axes.get_yticklabels()
              if bottom * 0.999 <= tick.get_position()[1] <= top * 1.001]
     assert shown == labels
     assert not any(tick.get_text() for tick in axes.yaxis.get_minorticklabels())
-    matplotlib.pyplot.close("all")
+
+
+def test_plots_return_figures_and_draw_into_a_given_axes(run_dirs, tmp_path):
+    """A figure object comes back (the CLI saves it); with ``ax`` it draws there, in the
+    caller's figure; the comparison's ``plot`` is the figure written to comparison.png."""
+    groups = {"alibi": {"lengths": np.arange(1, 5), "mean": np.full(4, 0.5),
+                        "std": np.zeros(4), "best": np.full(4, 0.6), "runs": np.array(2)}}
+    own = plot_comparison(groups, [(1, 2)], "exact_match", "t")
+    assert isinstance(own, Figure) and len(own.axes[0].lines) == 3  # boundary, mean, best
+    caller = Figure()
+    left, right = caller.subplots(1, 2)
+    drawn = plot_comparison(groups, [(1, 2)], "exact_match", "t", ax=right)
+    assert drawn is caller and len(right.lines) == 3 and not left.lines
+    result = compare_runs(run_dirs, tmp_path / "out")
+    figure = result.plot()
+    assert isinstance(figure, Figure) and result.paths["png"].is_file()
+    assert {line.get_label() for line in figure.axes[0].lines} >= {
+        f"{name} (1 seed)" for name in result.groups}
+
+
+def test_importing_the_plots_leaves_a_notebooks_backend_alone():
+    probe = ("import matplotlib; matplotlib.use('svg'); "
+             "import pe_research.evaluation.plots, pe_research.evaluation.compare; "
+             "print(matplotlib.get_backend())")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    assert out.strip() == "svg"
 
 
 def test_cli_takes_a_glob_and_a_group_key(run_dirs, tmp_path, capsys):
@@ -275,7 +297,8 @@ def test_a_key_only_one_scheme_has_labels_only_its_runs(run_dirs, tmp_path):
     assert varying_keys(runs, ["model.pe.type", "model.pe.max_len", "data.batch_size"]) == [
         "model.pe.type", "model.pe.max_len"]
     rows = base_config(task="reverse_string", pe="learned").model.pe.max_len
-    paths = compare_runs(runs, tmp_path / "out", group_by="model.pe.type,model.pe.max_len")
+    paths = compare_runs(runs, tmp_path / "out",
+                         group_by="model.pe.type,model.pe.max_len").paths
     table = read_csv(paths["csv"])
     assert set(table) == {"pe.type=rope", "pe.type=alibi", f"pe.type=learned, max_len={rows}"}
     assert float(table[f"pe.type=learned, max_len={rows}"]["ood_mean"]) == 0.0
@@ -308,11 +331,11 @@ def test_a_per_token_comparison_judges_the_training_fit_by_exact_match(tmp_path)
     compared metric says in distribution."""
     runs = [write_run(tmp_path / "runs", scheme, 0, exact)
             for scheme, exact in (("rope", (1.0, 0.5, 0.0, 0.0)), ("alibi", (1.0, 1.0, 0, 0)))]
-    paths = compare_runs(runs, tmp_path / "tokens", metric="decoded_token_accuracy")
+    paths = compare_runs(runs, tmp_path / "tokens", metric="decoded_token_accuracy").paths
     finding = paths["markdown"].read_text().split("What the curves show: ")[1]
     assert finding.startswith("rope did not learn the training lengths 1-4 (75% decoded exact "
                               "match in distribution, below 95%)"), finding
-    same = compare_runs(runs, tmp_path / "exact", metric="exact_match")
+    same = compare_runs(runs, tmp_path / "exact", metric="exact_match").paths
     assert same["markdown"].read_text().split("What the curves show: ")[1] == finding
 
 
@@ -333,7 +356,7 @@ def test_a_run_written_before_a_key_existed_compares_with_newer_runs(run_dirs, t
     stored = json.loads(path.read_text())
     del stored["task"]["alphabet_size"]
     path.write_text(json.dumps(stored))
-    paths = compare_runs(run_dirs, tmp_path / "out")  # before: "runs differ in task"
+    paths = compare_runs(run_dirs, tmp_path / "out").paths  # before: "runs differ in task"
     assert "mixed task settings" not in paths["markdown"].read_text()
     manifest = {"runs": {f"{d.parent.name}/{d.name}": {"state": "done"} for d in run_dirs}}
     assert list(comparison_groups(manifest, run_dirs[0].parents[1]).values()) == [run_dirs]

@@ -56,7 +56,7 @@ def test_new_metric_reaches_results_and_comparison(trained_run_dir, tmp_path,
         csv_rows = list(csv.DictReader(handle))
     assert [float(row["target_tokens"]) for row in csv_rows] == [n + 1.0 for n in LENGTHS]
 
-    out = compare_runs([run_dir], tmp_path / "comparison", metric="target_tokens")
+    out = compare_runs([run_dir], tmp_path / "comparison", metric="target_tokens").paths
     table = {row["group"]: row for row in csv.DictReader(out["csv"].open())}
     assert float(table["rope"]["in_dist_mean"]) == pytest.approx(np.mean([5, 9]))  # n = 4, 8
     assert float(table["rope"]["ood_mean"]) == pytest.approx(13)  # n = 12

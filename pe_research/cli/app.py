@@ -1,9 +1,11 @@
 """``pe-research``: one console script, one subcommand per module of ``pe_research.cli``.
 
 A subcommand is one module here plus one line in ``COMMANDS``. Each module provides
-``add_arguments(parser)`` and ``run(args) -> int``; it is imported only when its subcommand is
-used, so ``pe-research --help`` stays fast. Arguments of the form
-``--config.a.b=v`` are collected into ``args.config_overrides`` for every subcommand.
+``add_arguments(parser)`` and ``run(args) -> int``, and its docstring's indented
+``pe-research ...`` lines are the examples its ``--help`` shows (their one source). A module is
+imported only when its subcommand is used, and imports JAX only inside ``run``, so ``--help``
+stays fast. Arguments of the form ``--config.a.b=v`` are collected into
+``args.config_overrides`` for every subcommand.
 
 Errors a user can cause (a bad config, a busy run directory, a path that cannot be written) are
 printed as one line naming the problem and the fix, with exit code 2; ``--debug`` (or
@@ -16,11 +18,13 @@ import argparse
 import errno
 import importlib
 import os
+import re
 import sys
+import textwrap
 from collections.abc import Sequence
+from types import ModuleType
 
-from pe_research import runtime
-from pe_research.config.overrides import collect_overrides
+from pe_research.core.arguments import OVERRIDE_HELP, collect_overrides
 from pe_research.core.errors import ConfigError, UsageError
 
 DEBUG_ENV = "PE_RESEARCH_DEBUG"
@@ -35,7 +39,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
               "randomized"),
     "sweep": ("pe_research.cli.sweep", "run a grid of configs (seeds stacked), follow it, "
               "compare it"),
+    "config": ("pe_research.cli.config", "print a resolved config, or every key with its default"),
+    "export": ("pe_research.cli.export", "write a run's parameters to a safetensors file"),
 }
+EXAMPLES = """examples:
+  pe-research train --config configs/default.py --workdir runs/copy_alibi \\
+      --config.model.pe.type=alibi
+  pe-research eval runs/copy_alibi --lengths 1:64
+  pe-research compare 'runs/copy_*' --group-by model.pe.type
+  pe-research train --help          # a subcommand's options and examples"""
 
 
 def _load(command: str):
@@ -49,22 +61,42 @@ def _load(command: str):
                          f"installation (module {module_name} not found)") from None
 
 
+def examples(module: ModuleType) -> str:
+    """The example command lines of a subcommand's docstring (indented ``pe-research`` lines and
+    their continuations), as the epilog of its ``--help``."""
+    lines, taking = [], False
+    for line in (module.__doc__ or "").splitlines():
+        if re.match(r"\s+pe-research ", line):
+            taking = True
+        elif not line.startswith("        "):
+            taking = False
+        if taking:
+            lines.append("  " + line[4:])
+    return "examples:\n" + "\n".join(lines) if lines else ""
+
+
 def build_parser(command: str | None) -> argparse.ArgumentParser:
     """The parser, with the arguments of ``command`` (only that module is imported)."""
     parser = argparse.ArgumentParser(
         prog="pe-research", allow_abbrev=False,
-        description="Positional encodings and length extrapolation. Config values can be "
-                    "overridden with --config.KEY=VALUE, e.g. --config.model.pe.type=alibi.")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=textwrap.fill("Positional encodings and length extrapolation. "
+                                  + OVERRIDE_HELP, 90),
+        epilog=EXAMPLES)
     parser.add_argument("--debug", action="store_true",
                         help=f"show full tracebacks, anywhere on the line (or {DEBUG_ENV}=1)")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (_, help_text) in COMMANDS.items():
-        sub = subparsers.add_parser(name, help=help_text, description=help_text,
-                                    allow_abbrev=False)
-        if name == command:
-            module = _load(name)
-            module.add_arguments(sub)
-            sub.set_defaults(run=module.run)
+        if name != command:
+            subparsers.add_parser(name, help=help_text, description=help_text)
+            continue
+        module = _load(name)
+        sub = subparsers.add_parser(
+            name, help=help_text, description=textwrap.fill(f"{help_text}. {OVERRIDE_HELP}", 90),
+            epilog=examples(module), formatter_class=argparse.RawDescriptionHelpFormatter,
+            allow_abbrev=False)
+        module.add_arguments(sub)
+        sub.set_defaults(run=module.run)
     return parser
 
 
@@ -98,8 +130,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(error))
     args = parser.parse_args([arg for arg in rest if arg != "--debug"])
     args.config_overrides = overrides
+    from pe_research import runtime  # imports JAX: only once a command runs
+
     runtime.setup()
     if debug_wanted(argv):
+        os.environ[DEBUG_ENV] = "1"  # the library's own reports show everything too
         return int(args.run(args) or 0)
     prefix = f"pe-research {args.command}"
     try:

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         os.path.commonpath([str(p.absolute().parent) for p in run_dirs]), "comparison")
     paths = compare_runs(run_dirs, out, group_by=args.group_by, metric=args.metric,
                          eval_name=args.name, threshold=args.threshold,
-                         allow_mixed=args.allow_mixed, show=args.show)
+                         allow_mixed=args.allow_mixed, show=args.show).paths
     print(paths["markdown"].read_text())
     for kind, path in paths.items():
         print(f"{kind}: {path}")

@@ -14,13 +14,7 @@ from pe_research.config.files import (
     load_user_module,
     to_dict,
 )
-from pe_research.config.overrides import (
-    apply_overrides,
-    collect_overrides,
-    override_text,
-    parse_value,
-    split_override,
-)
+from pe_research.config.overrides import apply_overrides, override_text, parse_value
 from pe_research.config.schema import (
     BLOCK_DEFAULTS,
     MODEL_DEFAULTS,
@@ -30,6 +24,7 @@ from pe_research.config.schema import (
     default_task_block,
 )
 from pe_research.config.validate import best_mode, validate_config
+from pe_research.core.arguments import collect_overrides, split_override
 
 __all__ = [
     "BLOCK_DEFAULTS", "MODEL_DEFAULTS", "TOP_LEVEL_DEFAULTS", "apply_overrides", "base_config",

@@ -14,39 +14,12 @@ from typing import Any
 import ml_collections
 
 from pe_research.config.schema import default_task_block
+from pe_research.core.arguments import split_override
 from pe_research.core.errors import ConfigError
 from pe_research.positional.registry import COMMON_DEFAULTS, default_pe_config
 
-OVERRIDE_PREFIX = "--config."
 REBUILT_BLOCKS = {"model.pe.type": "model.pe", "task.name": "task"}
 TRUE_WORDS, FALSE_WORDS = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
-
-
-def split_override(text: str) -> tuple[str, str]:
-    """``'--config.a.b=v'`` or ``'a.b=v'`` -> ``('a.b', 'v')``."""
-    body = text[len(OVERRIDE_PREFIX):] if text.startswith(OVERRIDE_PREFIX) else text
-    key, sep, value = body.partition("=")
-    if not sep or not key:
-        raise ConfigError("--config", text, "overrides look like --config.train.steps=100")
-    return key, value
-
-
-def collect_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Split command-line leftovers into config overrides (``--config.k=v`` or ``--config.k v``)
-    and everything else."""
-    overrides, rest = [], []
-    args = list(argv)
-    while args:
-        arg = args.pop(0)
-        if not arg.startswith(OVERRIDE_PREFIX):
-            rest.append(arg)
-        elif "=" in arg:
-            overrides.append(arg)
-        elif args and not args[0].startswith("--"):
-            overrides.append(f"{arg}={args.pop(0)}")
-        else:
-            raise ConfigError(arg[len(OVERRIDE_PREFIX):], None, f"give a value: {arg}=VALUE")
-    return overrides, rest
 
 
 def apply_overrides(config: ml_collections.ConfigDict,

@@ -1,1 +1,2 @@
-"""Leaves every package uses: the errors a user can fix, and files written whole."""
+"""Leaves every package uses: the errors a user can fix, files written whole, and the
+``--config.KEY=VALUE`` overrides of a command line."""

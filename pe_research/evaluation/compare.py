@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
 from pe_research.config.naming import short_keys
 from pe_research.core.atomic_files import atomic_open, atomic_write_text
@@ -30,7 +32,7 @@ from pe_research.evaluation.group_summary import (
     summarize_group,
     summary_columns,
 )
-from pe_research.evaluation.plots import plot_comparison
+from pe_research.evaluation.plots import plot_comparison, save_figure
 from pe_research.evaluation.results import eval_settings, read_results
 from pe_research.model.metrics import HEADLINE, METRICS, Metric, get_metric, headline_for
 from pe_research.runs.run_dir import DEFAULT_EVAL_NAME, RunDir, read_run_config
@@ -263,10 +265,29 @@ def training_fit(run_dirs: Sequence[str | Path], metric: str, *, as_trained: boo
     return None if as_trained and curve_settings(curves) else (get_metric(judge), summaries)
 
 
+@dataclasses.dataclass
+class Comparison:
+    """What ``compare_runs`` wrote (``paths``: png, markdown, csv) and what its figure draws:
+    each group's curves over seeds, the training ranges, the metric and the sentence."""
+
+    paths: dict[str, Path]
+    groups: dict[str, dict[str, Any]]
+    train_ranges: list[tuple[int, int]]
+    metric: str
+    title: str
+    show: str
+    finding: str | None
+
+    def plot(self, ax: Axes | None = None) -> Figure:
+        """The comparison as a ``matplotlib.figure.Figure`` (drawn into ``ax`` when given)."""
+        return plot_comparison(self.groups, self.train_ranges, self.metric, self.title,
+                               self.show, ax)
+
+
 def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
                  group_by: str = "model.pe.type", metric: str | None = None,
                  eval_name: str = DEFAULT_EVAL_NAME, threshold: float = 0.9,
-                 allow_mixed: bool = False, show: str = "both") -> dict[str, Path]:
+                 allow_mixed: bool = False, show: str = "both") -> Comparison:
     """Overlay the runs' curves by group; write ``comparison.{png,md,csv}`` into ``out_dir``
     (``metric`` None: ``default_metric``)."""
     if not run_dirs:
@@ -300,10 +321,10 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
     legend = legend_names(curves, group_by)
     setting = curve_settings(curves)
     measured = f"\nevaluated with {setting}" if setting else ""
-    plot_comparison({legend[name]: group for name, group in groups.items()},
-                    [c.train_lengths for c in curves], metric,
-                    f"{title[0]}{model}, {title[1]}, by {group_by}{measured}",
-                    paths["png"], show)
+    result = Comparison(paths, {legend[name]: group for name, group in groups.items()},
+                        [c.train_lengths for c in curves], metric,
+                        f"{title[0]}{model}, {title[1]}, by {group_by}{measured}", show, None)
+    save_figure(result.plot(), paths["png"])
     sources = sorted({c.source for c in curves})
     notes = [f"# Length extrapolation: {title[0]}{model}, {title[1]}", "",
              f"Metric: {metric}, {definition.axis_label} (from {', '.join(sources)}). "
@@ -327,6 +348,7 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
                                      definition, group_by=group_by, mixed=mixed, fit=fit,
                                      setting=setting):
         notes += [f"What the curves show: {finding}", ""]
+        result.finding = finding
     notes += [f"Figure: {paths['png'].name}", "", "Runs:"]
     notes += [f"- {name}: " + ", ".join(str(m.run_dir) for m in group["members"])
               for name, group in groups.items()]
@@ -337,4 +359,4 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
         writer.writerow(columns)
         for name, s in summaries.items():
             writer.writerow([name] + ["" if s[c] is None else s[c] for c in columns[1:]])
-    return paths
+    return result

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from matplotlib.figure import Figure
 
 from pe_research.core.atomic_files import atomic_open, atomic_savefig, atomic_write_text
 from pe_research.core.errors import ConfigError
 from pe_research.evaluation.compare import RunCurve, load_curve
-from pe_research.evaluation.plots import plt  # the Agg backend is chosen there
 from pe_research.model.metrics import get_metric
 from pe_research.runs.run_dir import DEFAULT_EVAL_NAME
 from pe_research.tasks import TASKS
@@ -138,7 +138,8 @@ def plot_heatmap(cells, tasks: list[str], columns: list[str], definition, path: 
                 grid[i, j] = cells[(task, column)].best
     scale = 100.0 if definition.unit == "%" else 1.0
     width = max(6.5, 2.5 + 1.2 * len(columns))  # room for the title with few columns
-    figure, axes = plt.subplots(figsize=(width, max(3.0, 1.4 + 0.45 * len(tasks))))
+    figure = Figure(figsize=(width, max(3.0, 1.4 + 0.45 * len(tasks))))
+    axes = figure.add_subplot()
     image = axes.imshow(grid * scale, cmap="viridis", vmin=0, aspect="auto",
                         vmax=100 if definition.unit == "%" else None)
     axes.set_xticks(range(len(columns)), columns, rotation=30, ha="right")
@@ -153,4 +154,3 @@ def plot_heatmap(cells, tasks: list[str], columns: list[str], definition, path: 
     axes.set_title(textwrap.fill(title, width=int(7 * width)), fontsize=10)
     figure.tight_layout()
     atomic_savefig(figure, path)
-    plt.close(figure)

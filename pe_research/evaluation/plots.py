@@ -1,21 +1,25 @@
-"""Figures: accuracy against task length, with the training range marked on every curve."""
+"""Figures: accuracy against task length, with the training range marked on every curve.
+
+Every function builds a ``matplotlib.figure.Figure`` with the object API (no pyplot state, no
+backend chosen at import, so a notebook keeps its own), draws into a given ``ax`` when asked,
+and returns the figure; ``save_figure`` writes one whole.
+"""
 
 from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
 import matplotlib.ticker
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")  # files only; never needs a display
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from pe_research.core.atomic_files import atomic_savefig  # noqa: E402
-from pe_research.model.metrics import METRICS  # noqa: E402
+from pe_research.core.atomic_files import atomic_savefig
+from pe_research.model.metrics import METRICS
 
 
 def metric_label(metric: str) -> str:
@@ -36,12 +40,12 @@ def _axis_label(metric: str) -> str:
     return METRICS[metric].axis_label if metric in METRICS else f"{metric_label(metric)} (%)"
 
 
-def mark_training_range(axes: plt.Axes, train_lengths: Sequence[int]) -> None:
+def mark_training_range(axes: Axes, train_lengths: Sequence[int]) -> None:
     """Shade the trained lengths and draw a line at the longest one."""
     mark_training_ranges(axes, [train_lengths])
 
 
-def mark_training_ranges(axes: plt.Axes, ranges: Sequence[Sequence[int]]) -> None:
+def mark_training_ranges(axes: Axes, ranges: Sequence[Sequence[int]]) -> None:
     """Shade the lengths any of ``ranges`` trained on, with a line at each one's longest."""
     ranges = sorted({(int(low), int(high)) for low, high in ranges})
     names = ", ".join(f"{low}-{high}" if low != high else f"{low}" for low, high in ranges)
@@ -73,7 +77,7 @@ def plain_numbers() -> matplotlib.ticker.Formatter:
     return matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}")
 
 
-def label_log_axis(axes: plt.Axes) -> None:
+def label_log_axis(axes: Axes) -> None:
     """A log y axis whose ends are labelled ticks (``_log_ticks``: 1-1.5-2-3-5-7 down to powers
     of ten as the span grows), so the highest and lowest points lie between labelled values."""
     axes.set_yscale("log")
@@ -97,13 +101,29 @@ def group_styles(count: int) -> list[dict[str, str]]:
     (tab20 colour, marker) pair for each, so no two curves are drawn alike."""
     if count <= DEFAULT_COLORS:
         return [{} for _ in range(count)]
-    colors = plt.get_cmap("tab20").colors
+    colors = matplotlib.colormaps["tab20"].colors
     return [{"color": colors[i % len(colors)], "marker": MARKERS[i % len(MARKERS)],
              "markersize": 4} for i in range(count)]
 
 
-def _finish(figure: plt.Figure, axes: plt.Axes, title: str, ylabel: str, path: Path,
-            percent: bool = True, log: bool = False) -> Path:
+def save_figure(figure: Figure, path: str | Path, dpi: int = 120) -> Path:
+    """Write ``figure`` to ``path`` whole (a temporary file moved into place)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_savefig(figure, path, dpi=dpi)
+    return path
+
+
+def _axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes, bool]:
+    """The figure and axes to draw into: ``ax``'s, or a new figure's; and whether it is new."""
+    if ax is not None:
+        return ax.figure, ax, False
+    figure = Figure(figsize=figsize)
+    return figure, figure.add_subplot(), True
+
+
+def _finish(figure: Figure, axes: Axes, title: str, ylabel: str, percent: bool = True,
+            log: bool = False, own: bool = True) -> Figure:
     axes.set_xlabel("task length n (tokens)")
     axes.set_ylabel(textwrap.fill(ylabel, int(9 * figure.get_size_inches()[1])))
     if percent:
@@ -112,7 +132,7 @@ def _finish(figure: plt.Figure, axes: plt.Axes, title: str, ylabel: str, path: P
         label_log_axis(axes)
     width, height = figure.get_size_inches()
     entries = len(axes.get_legend_handles_labels()[1])
-    if entries > LEGEND_INSIDE:  # a long legend would hide the curves: put it beside them
+    if entries > LEGEND_INSIDE and own:  # a long legend would hide the curves: beside them
         figure.set_size_inches(width + 4.5, max(height, LEGEND_ENTRY_INCHES * entries + 0.6))
         axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     else:
@@ -121,19 +141,17 @@ def _finish(figure: plt.Figure, axes: plt.Axes, title: str, ylabel: str, path: P
     axes.set_title("\n".join(textwrap.fill(line, characters) for line in title.split("\n")),
                    fontsize=10)
     axes.grid(alpha=0.3)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_savefig(figure, path, dpi=120)
-    plt.close(figure)
-    return path
+    if own:
+        figure.tight_layout()
+    return figure
 
 
 def plot_eval_curve(lengths: Sequence[int], curves: dict[str, Sequence[float]],
                     interval: tuple[Sequence[float], Sequence[float]] | None,
-                    train_lengths: Sequence[int], title: str, path: str | Path) -> Path:
+                    train_lengths: Sequence[int], title: str, ax: Axes | None = None) -> Figure:
     """One run: each metric against length (fractions as %, or one metric in its own unit, such
     as perplexity); ``interval`` bands the first metric."""
-    figure, axes = plt.subplots(figsize=(7, 4))
+    figure, axes, own = _axes(ax, (7, 4))
     mark_training_range(axes, train_lengths)
     x = np.asarray(lengths)
     first = next(iter(curves))
@@ -146,13 +164,13 @@ def plot_eval_curve(lengths: Sequence[int], curves: dict[str, Sequence[float]],
                               color=line.get_color(), alpha=0.2,
                               label=f"{metric_label(metric)}: 95% Wilson interval")
     ylabel = "accuracy (%)" if scale == 100.0 else _axis_label(first)
-    return _finish(figure, axes, title, ylabel, Path(path), percent=scale == 100.0,
-                   log=_log_axis(first))
+    return _finish(figure, axes, title, ylabel, percent=scale == 100.0, log=_log_axis(first),
+                   own=own)
 
 
 def plot_comparison(groups: dict[str, dict[str, np.ndarray]],
                     train_ranges: Sequence[Sequence[int]], metric: str, title: str,
-                    path: str | Path, show: str = "both") -> Path:
+                    show: str = "both", ax: Axes | None = None) -> Figure:
     """Curves per group: mean over seeds with a ±1 std band and/or the best seed; every
     training range of ``train_ranges`` ([(low, high), ...]) marked.
 
@@ -161,7 +179,7 @@ def plot_comparison(groups: dict[str, dict[str, np.ndarray]],
     """
     scale = _scale(metric)
     best = "max" if metric not in METRICS or METRICS[metric].higher_is_better else "min"
-    figure, axes = plt.subplots(figsize=(8, 4.5))
+    figure, axes, own = _axes(ax, (8, 4.5))
     mark_training_ranges(axes, train_ranges)
     styles = group_styles(len(groups))
     if all(int(group["runs"]) == 1 for group in groups.values()):
@@ -170,7 +188,7 @@ def plot_comparison(groups: dict[str, dict[str, np.ndarray]],
             axes.plot(group["lengths"], scale * group["mean"], linewidth=2,
                       **({"marker": "."} | style), label=f"{name} (1 seed)")
         return _finish(figure, axes, f"{title}\none seed per group", _axis_label(metric),
-                       Path(path), percent=scale == 100.0, log=_log_axis(metric))
+                       percent=scale == 100.0, log=_log_axis(metric), own=own)
     for style, (name, group) in zip(styles, groups.items(), strict=True):
         x, runs = group["lengths"], int(group["runs"])
         seeds = f"{runs} seed{'s' if runs != 1 else ''}"
@@ -187,5 +205,22 @@ def plot_comparison(groups: dict[str, dict[str, np.ndarray]],
                       **(style | {"color": color}), label=f"{name} ({seeds}): {best} over seeds")
     shown = {"both": f"mean ± std (solid, band) and {best} over seeds (dashed)",
              "mean": "mean ± std over seeds", "max": f"{best} over seeds"}[show]
-    return _finish(figure, axes, f"{title}\n{shown}", _axis_label(metric), Path(path),
-                   percent=scale == 100.0, log=_log_axis(metric))
+    return _finish(figure, axes, f"{title}\n{shown}", _axis_label(metric),
+                   percent=scale == 100.0, log=_log_axis(metric), own=own)
+
+
+def curve_figure(rows: Sequence[Mapping[str, float]], headline: str,
+                 train_lengths: Sequence[int], title: str, ax: Axes | None = None) -> Figure:
+    """One run's evaluation rows (one per length): the headline metric, with its 95% interval
+    where the metric table gives one, and every other accuracy (%) beside it."""
+    plotted = [headline]
+    if METRICS[headline].unit == "%":  # with every other '%' accuracy on one axis
+        plotted += [name for name, metric in METRICS.items() if metric.unit == "%"
+                    and metric.higher_is_better and name != headline and name in rows[0]]
+    curves = {metric: [row[metric] for row in rows] for metric in plotted}
+    interval = None
+    if METRICS[headline].interval:
+        interval = ([row[f"{headline}_low"] for row in rows],
+                    [row[f"{headline}_high"] for row in rows])
+    return plot_eval_curve([row["length"] for row in rows], curves, interval, train_lengths,
+                           title, ax)

@@ -30,9 +30,11 @@ from pe_research.model.attention import set_query_block
 from pe_research.model.decoding import greedy_decode
 from pe_research.model.inputs import batch_positions, eval_position_key, scored_mask
 from pe_research.model.metrics import (
+    HEADLINE,
     METRICS,
     Outputs,
     example_sums,
+    headline_for,
     range_metrics,
     summarize,
     training_metrics,
@@ -79,12 +81,23 @@ def row_fields(rows: Sequence[LengthResult]) -> list[str]:
 
 @dataclasses.dataclass
 class EvalResult:
-    """One curve: a row per length, plus how many shapes were compiled and how long it took."""
+    """One curve: a row per length, plus how many shapes were compiled and how long it took;
+    ``evaluate_run`` adds what ``plot`` labels it with."""
 
     rows: list[LengthResult]
     compilations: int
     compiled_shapes: list[tuple[int, int, int]]  # (batch, source width, target width)
     seconds: float
+    headline: str = HEADLINE
+    train_lengths: tuple[int, ...] = ()
+    title: str = ""
+
+    def plot(self, ax: Any = None) -> Any:
+        """The curve as a ``matplotlib.figure.Figure`` (drawn into ``ax`` when given)."""
+        from pe_research.evaluation.plots import curve_figure
+
+        return curve_figure([row.as_dict() for row in self.rows], self.headline,
+                            self.train_lengths, self.title, ax)
 
 
 def summarize_length(length: int, totals: Mapping[str, float]) -> LengthResult:
@@ -286,7 +299,12 @@ def evaluate_run(run: LoadedRun, lengths: Sequence[int] | None = None,
                  buckets: Sequence[int] | None = None) -> EvalResult:
     """Evaluate a loaded run (``load_run``) over ``lengths`` (default ``default_lengths``) on its
     frozen eval sets; one row per length, every metric of the table."""
-    return run_evaluator(run, lengths, buckets)(run.params)
+    result = run_evaluator(run, lengths, buckets)(run.params)
+    config = run.config
+    return dataclasses.replace(
+        result, headline=headline_for(config.task.name),
+        train_lengths=tuple(config.data.train_lengths),
+        title=f"{config.task.name}, pe={config.model.pe.type}, step {run.step}")
 
 
 def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = None,

@@ -18,9 +18,10 @@ import numpy as np
 
 from pe_research.config import to_dict
 from pe_research.core.atomic_files import atomic_open, atomic_write_text
-from pe_research.evaluation.plots import plot_eval_curve
+from pe_research.evaluation.plots import curve_figure, save_figure
 from pe_research.evaluation.range_eval import EvalResult, evaluate_run, row_fields
 from pe_research.model.metrics import METRICS, headline_for
+from pe_research.runs import provenance
 from pe_research.runs.restore import LoadedRun, load_run
 from pe_research.runs.run_dir import DEFAULT_EVAL_NAME, RunDir, check_eval_name
 from pe_research.runs.tracking import wandb_writer
@@ -51,6 +52,7 @@ def results_record(run: LoadedRun, result: EvalResult, name: str,
         "compiled_shapes": [list(shape) for shape in result.compiled_shapes],
         "seconds": result.seconds,
         "rows": [row.as_dict() for row in result.rows],
+        "environment": provenance.environment(),
     }
 
 
@@ -69,24 +71,17 @@ def write_results(run: LoadedRun, result: EvalResult, name: str = DEFAULT_EVAL_N
         writer = csv.DictWriter(handle, fieldnames=row_fields(result.rows))
         writer.writeheader()
         writer.writerows(record["rows"])
-    rows = record["rows"]
-    lengths = [row["length"] for row in rows]
-    headline = record["headline"]
-    plotted = [headline]
-    if METRICS[headline].unit == "%":  # with every other '%' accuracy on one axis
-        plotted += [name for name, metric in METRICS.items() if metric.unit == "%"
-                    and metric.higher_is_better and name != headline and name in rows[0]]
-    curves = {metric: [row[metric] for row in rows] for metric in plotted}
-    interval = None
-    if METRICS[headline].interval:
-        interval = ([row[f"{headline}_low"] for row in rows],
-                    [row[f"{headline}_high"] for row in rows])
-    scaling = record["pe"].get("scaling", {}).get("type", "none")
-    title = (f"{record['task']['name']}, pe={record['pe']['type']}"
-             f"{'' if scaling == 'none' else f' (scaling {scaling})'}, step {run.step}, "
-             f"{_samples(rows)} samples/length")
-    plot_eval_curve(lengths, curves, interval, record["train_lengths"], title, paths["png"])
+    save_figure(curve_figure(record["rows"], record["headline"], record["train_lengths"],
+                             result_title(record)), paths["png"])
     return paths
+
+
+def result_title(record: Mapping[str, Any]) -> str:
+    """The figure title of an evaluation record: task, scheme, scaling, step, samples."""
+    scaling = record["pe"].get("scaling", {}).get("type", "none")
+    return (f"{record['task']['name']}, pe={record['pe']['type']}"
+            f"{'' if scaling == 'none' else f' (scaling {scaling})'}, step {record['step']}, "
+            f"{_samples(record['rows'])} samples/length")
 
 
 def _samples(rows: Sequence[Mapping[str, Any]]) -> str:

@@ -11,6 +11,7 @@
       eval_data/             frozen evaluation sets (unless data.eval_cache_dir says otherwise)
       analysis/step_<N>/     what `pe-research analyze` writes
       wandb/, wandb_run_id   the W&B run and the id that resumes it
+      provenance.json        versions, device, git commit and command of every start
 """
 
 from __future__ import annotations
@@ -96,6 +97,10 @@ class RunDir:
 
     def analysis(self, step: int) -> Path:
         return self.root / "analysis" / f"step_{step}"
+
+    @property
+    def provenance(self) -> Path:
+        return self.root / "provenance.json"
 
     @property
     def wandb_id(self) -> Path:

@@ -116,7 +116,7 @@ def report(sweep_dir: SweepDir, *, reevaluate: bool = False) -> dict[str, Path]:
     for name, run_dirs in comparison_groups(manifest, sweep_dir.root).items():
         grouping, following = separating_keys(run_dirs, keys)
         paths = compare_runs(run_dirs, sweep_dir.report / name,
-                             group_by=",".join(grouping) or "model.pe.type")
+                             group_by=",".join(grouping) or "model.pe.type").paths
         written[name] = paths["markdown"]
         body = paths["markdown"].read_text().replace("# ", "## ", 1)
         sections += [body.replace("Figure: ", f"Figure: {name}/"), ""]

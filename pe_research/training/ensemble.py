@@ -31,6 +31,7 @@ from pe_research.config import flat_config, to_dict, validate_config
 from pe_research.config.validate import steps_per_call
 from pe_research.core.errors import ConfigError
 from pe_research.model import build_model, model_line
+from pe_research.runs import provenance
 from pe_research.runs.checkpoint import abstract_like, run_checkpointer
 from pe_research.runs.lock import RunDirLock
 from pe_research.runs.restore import run_task
@@ -185,7 +186,8 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
     for k, (config, run_dir, task) in enumerate(zip(configs, run_dirs, tasks, strict=True)):
         prepare_run_dir(config, run_dir, task, changes[k], start, initialised[k])
         writer = make_writer(config.wandb, run_dir, resume_step=start if restored else None,
-                             hparams=to_dict(config))
+                             hparams={**to_dict(config),
+                                      "provenance": provenance.environment()})
         cleanup.callback(writer.finish)
         evaluator = PeriodicEvaluator(config, task, eval_mesh, steps.evaluator(config.seed),
                                       run_dir)

@@ -25,6 +25,7 @@ from pe_research.config import flat_config, from_mapping, to_dict, validate_conf
 from pe_research.config.validate import steps_per_call
 from pe_research.core.errors import ConfigError
 from pe_research.model import model_line
+from pe_research.runs import provenance
 from pe_research.runs.checkpoint import abstract_like, run_checkpointer
 from pe_research.runs.init_from import (
     InitSource,
@@ -124,6 +125,10 @@ def prepare_run_dir(config: ml_collections.ConfigDict, run_dir: Path, task: Any,
                       "(recorded in config.json)")
         save_config(config, run_dir, history)
         task.vocabulary.save(RunDir(run_dir).vocabulary)
+        changed = provenance.record(RunDir(run_dir).provenance, step)
+        if changed:
+            print(f"{run_dir.name}: resumed under other library versions than its last start: "
+                  f"{changed} (recorded in provenance.json)", flush=True)
     sync_processes("pe_research_run_dir_written")
 
 
@@ -182,7 +187,8 @@ def _train_locked(config: ml_collections.ConfigDict, run_dir: Path, task: Any, m
         print(model_line(config, task.vocabulary.size, params), flush=True)
 
     writer = make_writer(config.wandb, run_dir, process_index=jax.process_index(),
-                         resume_step=start if restored else None, hparams=to_dict(config))
+                         resume_step=start if restored else None,
+                         hparams={**to_dict(config), "provenance": provenance.environment()})
     evaluator = PeriodicEvaluator(config, task, mesh, steps.evaluator(config.seed), run_dir)
     member = MemberRun(config, run_dir, task.vocabulary.size, checkpointer, writer, evaluator,
                        window)
