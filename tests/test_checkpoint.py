@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -72,7 +74,7 @@ def test_best_by_minimum_for_losses(tmp_path):
     ("opt_state/d/*", "delete"),
     ("meta/metadata", "truncate"),  # step / data position JSON
 ])
-def test_corrupt_latest_step_falls_back_to_previous(tmp_path, pattern, damage):
+def test_corrupt_latest_step_falls_back_to_previous(tmp_path, pattern, damage, capsys):
     directory = tmp_path / "ckpt"
     checkpointer = Checkpointer(directory, keep=3)
     for step in (1, 2):
@@ -88,10 +90,13 @@ def test_corrupt_latest_step_falls_back_to_previous(tmp_path, pattern, damage):
 
     reopened = Checkpointer(directory, keep=3)
     params, opt_state = _state(0.0)
-    with pytest.warns(UserWarning, match="checkpoint step 2 .* unreadable"):
-        step, items = reopened.restore_latest_good(
-            params=abstract_like(params), opt_state=abstract_like(opt_state), quarantine=True)
+    capsys.readouterr()
+    step, items = reopened.restore_latest_good(
+        params=abstract_like(params), opt_state=abstract_like(opt_state), quarantine=True)
     assert step == 1
+    (line,) = capsys.readouterr().err.splitlines()  # one line, no traceback
+    assert re.fullmatch(r"warning: checkpoint step 2 in \S+ is unreadable \(.+\); using step 1 "
+                        r"instead", line), line
     np.testing.assert_array_equal(items["params"]["bias"], np.full((3,), 1.0))
     assert reopened.steps() == [1]  # the broken step moved aside, so step 2 can be written again
     assert len(list((tmp_path / CORRUPT_DIR).iterdir())) == 1

@@ -1,11 +1,15 @@
-"""One ``load_run``: eval and analyze fall back past a corrupt newest checkpoint, with a warning."""
+"""One ``load_run``: train, eval and analyze fall back past a corrupt newest checkpoint, with one
+line on stderr and no traceback."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
+import jax
+import numpy as np
 import pytest
 
 from pe_research.cli import main
@@ -31,9 +35,21 @@ def corrupt_run(request, trained_run_dir, tmp_path):
     return run_dir
 
 
-def test_load_run_falls_back_for_latest_and_refuses_an_explicit_step(corrupt_run):
-    with pytest.warns(UserWarning, match="step 40 .* unreadable .* falling back to step 20"):
-        assert load_run(corrupt_run, "latest").step == 20
+FALLBACK = re.compile(r"warning: checkpoint step 40 in \S+ is unreadable \(.+\); using step 20 "
+                      r"instead")
+
+
+def one_fallback_line(err: str) -> None:
+    """stderr holds exactly one line about the unreadable step, and no traceback."""
+    lines = [line for line in err.splitlines() if "checkpoint" in line or "Trace" in line
+             or "Exception" in line]
+    assert len(lines) == 1 and FALLBACK.fullmatch(lines[0]), err[-2000:]
+    assert "Traceback" not in err and "Exception ignored" not in err
+
+
+def test_load_run_falls_back_for_latest_and_refuses_an_explicit_step(corrupt_run, capsys):
+    assert load_run(corrupt_run, "latest").step == 20
+    one_fallback_line(capsys.readouterr().err)
     with pytest.raises(ConfigError, match="checkpoint step 40 .* is unreadable") as error:
         load_run(corrupt_run, "40")
     assert "\n" not in str(error.value)
@@ -43,14 +59,15 @@ def test_load_run_falls_back_for_latest_and_refuses_an_explicit_step(corrupt_run
 
 def test_eval_and_analyze_fall_back_to_the_previous_step(corrupt_run, capsys, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    with pytest.warns(UserWarning, match="step 40 .* falling back to step 20"):
-        assert main(["eval", str(corrupt_run), "--step", "latest", "--lengths", "4,8"]) == 0
-    assert "step 20 on" in capsys.readouterr().out
+    assert main(["eval", str(corrupt_run), "--step", "latest", "--lengths", "4,8"]) == 0
+    out, err = capsys.readouterr()
+    assert "step 20 on" in out
+    one_fallback_line(err)
     assert json.loads(RunDir(corrupt_run).eval_results().read_text())["step"] == 20
 
-    with pytest.warns(UserWarning, match="step 40 .* falling back to step 20"):
-        assert main(["analyze", str(corrupt_run), "--step", "latest", "--examples", "2",
-                     "--no-wandb"]) == 0
+    assert main(["analyze", str(corrupt_run), "--step", "latest", "--examples", "2",
+                 "--no-wandb"]) == 0
+    one_fallback_line(capsys.readouterr().err)
     assert (RunDir(corrupt_run).analysis(20) / "analysis.json").is_file()
 
     assert main(["eval", str(corrupt_run), "--step", "40", "--lengths", "4"]) == 2
@@ -115,3 +132,27 @@ def test_other_tasks_keep_their_task_keys_fixed_at_evaluation(trained_run_dir):
     with pytest.raises(ConfigError, match=r"task.blanks_per_token=.*cannot change") as error:
         load_run(trained_run_dir, overrides=["task.blanks_per_token=2"])  # a reverse_string run
     assert "task.blanks_per_token" not in str(error.value).split("eval-time keys are")[1]
+
+
+@pytest.mark.slow
+def test_training_falls_back_with_one_line_and_ends_as_an_uninterrupted_run(corrupt_run,
+                                                                           trained_run_dir,
+                                                                           capsys):
+    """Step 40 unreadable: training resumes from 20, moves 40 aside and writes it again, equal
+    to the uninterrupted run's step 40."""
+    from conftest import DEFAULT_CONFIG, tiny_overrides
+
+    from pe_research.config import load_config
+    from pe_research.training.loop import train
+
+    capsys.readouterr()
+    train(load_config(DEFAULT_CONFIG, tiny_overrides(**{"wandb.mode": "disabled"})),
+          corrupt_run)
+    out, err = capsys.readouterr()
+    one_fallback_line(err)
+    assert "resuming" in out and "from step 20" in out
+    assert len(list(RunDir(corrupt_run).corrupt_checkpoints.iterdir())) == 1
+    retrained, original = load_run(corrupt_run, "40"), load_run(trained_run_dir, "40")
+    for a, b in zip(jax.tree.leaves(retrained.params), jax.tree.leaves(original.params),
+                    strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -58,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpus-per-job", type=int, default=None, help="CPUs per SLURM job")
     parser.add_argument("--mem-gb", type=float, default=None, help="memory per SLURM job")
     parser.add_argument("--time-min", type=int, default=None, help="SLURM time limit, minutes")
+    parser.add_argument("--max-requeues", type=int, default=None,
+                        help="submitit: time limits a job may reach and be requeued after, "
+                             "each time from its checkpoints (default 3)")
     parser.add_argument("--sbatch", action="append", default=[], metavar="KEY=VALUE",
                         help="an extra sbatch flag, e.g. --sbatch account=lab (repeatable)")
     parser.add_argument("--wait", action="store_true",
@@ -71,7 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def slurm_settings(args: argparse.Namespace, defaults: dict) -> dict:
     """The sweep file's SLURM settings with the command line's on top."""
     settings = dict(defaults)
-    for key in ("partition", "gpus_per_job", "cpus_per_job", "mem_gb", "time_min"):
+    for key in ("partition", "gpus_per_job", "cpus_per_job", "mem_gb", "time_min",
+                "max_requeues"):
         if getattr(args, key) is not None:
             settings[key] = getattr(args, key)
     extra = dict(settings.get("sbatch") or {})

@@ -1,13 +1,21 @@
-"""``pe-research train --config configs/x.py [--config.KEY=VALUE ...] --workdir runs/NAME``."""
+"""``pe-research train``: train (or resume) the run directory of a config file.
+
+    pe-research train --config configs/default.py --workdir runs/copy_alibi \\
+        --config.model.pe.type=alibi --config.seed=1
+    pe-research train --config configs/default.py --workdir runs/copy_rope_pi \\
+        --config.data.train_lengths="(1, 32)" --config.train.init_from=runs/copy_rope \\
+        --config.model.pe.scaling.type=pi --config.model.pe.scaling.factor=2
+
+Rerunning the same command resumes from the newest good checkpoint. On SIGTERM or SIGUSR1 it
+checkpoints the step reached and exits with code 75: rerun to continue. `pe-research config show
+CONFIG [--config.KEY=VALUE ...]` prints the config that would train.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
-
-from pe_research import runtime
-from pe_research.config import load_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,15 +28,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Load and validate the config, train, print where everything is."""
-    config = load_config(args.config, args.config_overrides)
+    from pe_research import runtime
+    from pe_research.config import load_config
     from pe_research.training.loop import train
+    from pe_research.training.preemption import EXIT_CODE, PreemptedError
     from pe_research.training.step_loop import DivergedError
 
+    config = load_config(args.config, args.config_overrides)
     try:
         result = train(config, Path(args.workdir))
     except DivergedError as error:
         print(f"pe-research train: {error}", file=sys.stderr)
         return 1
+    except PreemptedError as error:
+        print(f"pe-research train: {error}", file=sys.stderr)
+        return EXIT_CODE
     print(f"run directory:  {result.run_dir}")
     print(f"checkpoints:    {result.checkpoint_dir}")
     print(f"W&B run:        {result.wandb_run or 'disabled'}")

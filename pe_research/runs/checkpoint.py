@@ -2,16 +2,20 @@
 
 Layout: ``RUN_DIR/checkpoints/<step>/{params, opt_state, meta, config}`` written by an Orbax
 ``CheckpointManager`` (args API, asynchronous). The latest ``keep`` steps are kept, plus the best
-one by an eval metric. A step that cannot be read back (a file truncated or missing) is skipped
-with a warning in favour of the previous good one.
+one by an eval metric. A step that cannot be read back (a file truncated, garbled or missing) is
+skipped in favour of the previous good one, with one line on stderr: which step, a short reason,
+which step is used instead (``--debug``, i.e. ``PE_RESEARCH_DEBUG=1``, shows everything).
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import os
 import shutil
+import sys
 import time
-import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +30,51 @@ from pe_research.runs.run_dir import CORRUPT_DIR, RunDir
 
 # Orbax's message when a checkpoint is readable but its tree differs from the restore target.
 STRUCTURE_MISMATCH = "tree structures do not match"
+DEBUG_ENV = "PE_RESEARCH_DEBUG"
+
+
+def debugging() -> bool:
+    """Whether the user asked for everything (``--debug`` or ``PE_RESEARCH_DEBUG=1``)."""
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0", "false")
+
+
+def short_reason(error: BaseException) -> str:
+    """The exception's type and first line, without TensorStore's spec dump."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {text.split('. See full')[0]}"[:160]
+
+
+def warn_unreadable(directory: Path, step: int, reason: str, instead: str) -> None:
+    """The one line a skipped checkpoint step gets on stderr."""
+    print(f"warning: checkpoint step {step} in {directory} is unreadable ({reason}); {instead}",
+          file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def quiet_failed_reads() -> Iterator[None]:
+    """Restore attempts whose failures leave nothing on the console.
+
+    When one array of a step cannot be read, Orbax's asynchronous restore gives up on the
+    step's other reads; those coroutines are finalised later and Python prints each one's
+    traceback ("Exception ignored in: <coroutine ...>"). Inside this block they are finalised
+    before it ends, with such reports of Orbax's coroutines dropped (all kept with
+    ``--debug``)."""
+    if debugging():
+        yield
+        return
+    previous = sys.unraisablehook
+
+    def hook(unraisable: sys.UnraisableHookArgs) -> None:
+        code = getattr(unraisable.object, "cr_code", None)
+        if code is None or "orbax" not in code.co_filename:
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        gc.collect()
+        sys.unraisablehook = previous
 
 __all__ = ["CORRUPT_DIR", "Checkpointer", "abstract_like", "run_checkpointer"]
 
@@ -103,32 +152,32 @@ class Checkpointer:
                             quarantine: bool = False) -> tuple[int, dict[str, Any]] | None:
         """Newest step that restores cleanly, or None if there is none.
 
-        Steps that fail are skipped with a warning; with ``quarantine`` they are moved to
+        Each step that fails gets one line on stderr; with ``quarantine`` it is moved to
         ``run_dir/corrupt_checkpoints`` so that training can write that step again.
         """
-        for step in reversed(self.steps()):
-            try:
-                return step, self.restore(step, params=params, opt_state=opt_state)
-            except ValueError as error:
-                if STRUCTURE_MISMATCH not in str(error):
-                    self._skip(step, error, quarantine)
-                    continue
-                # Readable, but not what this code builds: never move such a step aside.
-                raise ConfigError(
-                    "checkpoint", step, f"step {step} in {self.directory} holds a different "
-                    "parameter or optimizer-state structure than this version builds for this "
-                    "config; evaluate it with the version that wrote it, or train in another "
-                    "--workdir") from None
-            except Exception as error:  # noqa: BLE001 - any unreadable step is skipped
-                self._skip(step, error, quarantine)
-        return None
-
-    def _skip(self, step: int, error: Exception, quarantine: bool) -> None:
-        warnings.warn(f"checkpoint step {step} in {self.directory} is unreadable "
-                      f"({type(error).__name__}: {str(error)[:200]}); "
-                      "falling back to the previous checkpoint", stacklevel=3)
-        if quarantine:
-            self._quarantine(step)
+        with quiet_failed_reads():
+            failed, restored = [], None
+            for step in reversed(self.steps()):
+                try:
+                    restored = step, self.restore(step, params=params, opt_state=opt_state)
+                    break
+                except ValueError as error:
+                    if STRUCTURE_MISMATCH in str(error):
+                        # Readable, but not what this code builds: never move such a step aside.
+                        raise ConfigError(
+                            "checkpoint", step, f"step {step} in {self.directory} holds a "
+                            "different parameter or optimizer-state structure than this version "
+                            "builds for this config; evaluate it with the version that wrote it, "
+                            "or train in another --workdir") from None
+                    failed.append((step, short_reason(error)))
+                except Exception as error:  # noqa: BLE001 - any unreadable step is skipped
+                    failed.append((step, short_reason(error)))
+                if quarantine:
+                    self._quarantine(step)
+        instead = f"using step {restored[0]} instead" if restored else "no readable step is left"
+        for step, reason in failed:
+            warn_unreadable(self.directory, step, reason, instead)
+        return restored
 
     def _quarantine(self, step: int) -> None:
         if jax.process_index() == 0:

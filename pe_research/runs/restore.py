@@ -10,7 +10,6 @@ asked for by number is a one-line error. Restoring never writes to the run direc
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,14 @@ from jax.sharding import Mesh
 from pe_research.config import split_override
 from pe_research.core.errors import ConfigError
 from pe_research.model import TokenModel, abstract_model, build_model
-from pe_research.runs.checkpoint import Checkpointer, abstract_like, run_checkpointer
+from pe_research.runs.checkpoint import (
+    Checkpointer,
+    abstract_like,
+    quiet_failed_reads,
+    run_checkpointer,
+    short_reason,
+    warn_unreadable,
+)
 from pe_research.runs.run_dir import RunDir, load_run_config
 from pe_research.runtime import data_mesh, replicated
 from pe_research.tasks import Task, Vocabulary, get_task, task_class
@@ -107,24 +113,28 @@ def candidate_steps(checkpointer: Checkpointer, checkpoint: str | int, key: str 
 
 def restore_params(checkpointer: Checkpointer, candidates: Sequence[int], target: Any,
                    explicit: bool, key: str = "--step") -> tuple[int, Any]:
-    """The first candidate step that restores into ``target``, warning about each one skipped."""
-    for index, step in enumerate(candidates):
-        try:
-            return step, checkpointer.restore(step, params=target)["params"]
-        except Exception as error:  # noqa: BLE001 - any unreadable step is skipped or reported
-            reason = f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"
-            if explicit:
-                raise ConfigError(key, step, f"checkpoint step {step} in "
-                                  f"{checkpointer.directory} is unreadable ({reason}); ask for "
-                                  "'latest' or 'best' to fall back to a good one") from None
-            if index == len(candidates) - 1:
-                raise ConfigError(key, "latest", f"no readable checkpoint in "
-                                  f"{checkpointer.directory}; the last error was {reason}") \
-                    from None
-            warnings.warn(f"checkpoint step {step} in {checkpointer.directory} is unreadable "
-                          f"({reason}); falling back to step {candidates[index + 1]}",
-                          stacklevel=3)
-    raise AssertionError("unreachable")
+    """The first candidate step that restores into ``target``; one line on stderr for each one
+    skipped."""
+    with quiet_failed_reads():
+        failed, restored = [], None
+        for step in candidates:
+            try:
+                restored = step, checkpointer.restore(step, params=target)["params"]
+                break
+            except Exception as error:  # noqa: BLE001 - any unreadable step is skipped or reported
+                failed.append((step, short_reason(error)))
+                if explicit:
+                    break
+    if restored is None and explicit:
+        raise ConfigError(key, failed[0][0], f"checkpoint step {failed[0][0]} in "
+                          f"{checkpointer.directory} is unreadable ({failed[0][1]}); ask for "
+                          "'latest' or 'best' to fall back to a good one")
+    if restored is None:
+        raise ConfigError(key, "latest", f"no readable checkpoint in {checkpointer.directory}; "
+                          f"the last error was {failed[-1][1]}")
+    for step, reason in failed:
+        warn_unreadable(checkpointer.directory, step, reason, f"using step {restored[0]} instead")
+    return restored
 
 
 def load_run(run_dir: str | Path, checkpoint: str | int | None = None,

@@ -22,7 +22,7 @@ from typing import Any
 from pe_research.core.errors import ConfigError
 from pe_research.evaluation.memory import SHARING_ENV
 from pe_research.sweeps.state import SweepDir, record_jobs
-from pe_research.sweeps.worker import run_point
+from pe_research.sweeps.worker import PointJob
 
 EXECUTORS = ("local", "slurm", "submitit-local")
 POLL_S = 1.0
@@ -117,10 +117,13 @@ def submit(sweep_dir: SweepDir, indices: Sequence[int], settings: Mapping[str, A
     import submitit
 
     cluster = "slurm" if executor == "slurm" else "local"
-    submitter = submitit.AutoExecutor(folder=str(sweep_dir.submitit), cluster=cluster)
+    # Time limits a job may reach and be requeued after (preemptions requeue without limit).
+    requeues = {f"{cluster}_max_num_timeout": int(settings.get("max_requeues", 3))}
+    submitter = submitit.AutoExecutor(folder=str(sweep_dir.submitit), cluster=cluster,
+                                      **requeues)
     submitter.update_parameters(**slurm_parameters(settings, cluster, jobs,
                                                    f"sweep_{sweep_dir.root.name}"))
-    submitted = submitter.map_array(run_point, [str(sweep_dir.root)] * len(indices),
+    submitted = submitter.map_array(PointJob(), [str(sweep_dir.root)] * len(indices),
                                     list(indices))
     record_jobs(sweep_dir, {index: job.job_id for index, job in
                             zip(indices, submitted, strict=True)})

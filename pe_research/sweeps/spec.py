@@ -38,7 +38,8 @@ from pe_research.config.naming import short_keys, value_name
 from pe_research.core.errors import ConfigError
 
 STACKED_KEYS = ("seed", "train.learning_rate")  # the member axis, never a grid key
-SLURM_KEYS = ("partition", "gpus_per_job", "cpus_per_job", "time_min", "mem_gb", "sbatch")
+SLURM_KEYS = ("partition", "gpus_per_job", "cpus_per_job", "time_min", "mem_gb", "sbatch",
+              "max_requeues")
 
 
 @dataclasses.dataclass(frozen=True)

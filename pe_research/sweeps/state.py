@@ -194,7 +194,8 @@ def run_states(sweep_dir: SweepDir, index: int) -> list[dict[str, Any]]:
         progress = steps if name == "done" else max(step, logged_step(run["dir"])
                                                     if name == "running" else step)
         rows.append({"dir": run["dir"], "state": name, "step": step, "steps": steps,
-                     "progress": progress, "error": error})
+                     "progress": progress, "error": error,
+                     "preemptions": int(state.get("preemptions", 0))})
     return rows
 
 
@@ -226,7 +227,9 @@ def status_table(manifest: Mapping[str, Any], *, unfinished_only: bool = False) 
     for name, run in manifest["runs"].items():
         if unfinished_only and run["state"] == "done":
             continue
-        rows.append((name, run["state"], f"{run['step']}/{run['steps']}", run["error"] or ""))
+        preempted = run.get("preemptions", 0)
+        label = run["state"] + (f" (preempted {preempted}x)" if preempted else "")
+        rows.append((name, label, f"{run['step']}/{run['steps']}", run["error"] or ""))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True))
              + ("  " + row[3] if row[3] else "") for row in rows] if len(rows) > 1 else []

@@ -6,11 +6,14 @@ Steps run ``steps_per_call`` at a time, one call of the ``CompiledStep`` each
 the host makes the next batches while the device works. NaN/Inf in the loss, the gradient norm
 or the state about to be saved stops a member before any checkpoint of that step is written:
 checkpoints are written between calls, after every step's metrics up to them have been read.
+SIGTERM or SIGUSR1 checkpoints the step reached at the end of the call in flight and stops
+(``preemption``).
 """
 
 from __future__ import annotations
 
 import math
+import signal
 import sys
 import time
 from collections.abc import Mapping
@@ -26,6 +29,7 @@ from tqdm import tqdm
 from pe_research.config import to_dict
 from pe_research.model.metrics import training_metrics
 from pe_research.runtime import to_host
+from pe_research.training import preemption
 from pe_research.training.optimizer import learning_rate_schedule
 
 
@@ -179,7 +183,13 @@ class StepLoop:
         return k if k > 1 and done % k == 0 and done + k <= total else 1
 
     def run(self, params: Any, opt_state: Any, start: int) -> tuple[Any, Any]:
-        """Train from step ``start`` to ``train.steps``; the final ``(params, opt_state)``."""
+        """Train from step ``start`` to ``train.steps``; the final ``(params, opt_state)``.
+        On SIGTERM or SIGUSR1 the step reached is checkpointed and ``PreemptedError`` raised."""
+        with preemption.watch() as flag:
+            return self._run(params, opt_state, start, flag)
+
+    def _run(self, params: Any, opt_state: Any, start: int,
+             flag: preemption.Flag) -> tuple[Any, Any]:
         total = self.train_cfg.steps
         progress = tqdm(total=total, initial=start, desc="train", unit="step", smoothing=0.1,
                         disable=jax.process_index() != 0, dynamic_ncols=True)
@@ -202,7 +212,8 @@ class StepLoop:
             log_due = step % self.train_cfg.log_every == 0 or step == total
             eval_due = self.train_cfg.eval_every and (step % self.train_cfg.eval_every == 0
                                                       or step == total)
-            save_due = step % self.train_cfg.checkpoint_every == 0 or step == total
+            stop = flag.raised()
+            save_due = step % self.train_cfg.checkpoint_every == 0 or step == total or stop
             if not (log_due or eval_due or save_due):
                 continue
             self.read(*pending)
@@ -212,6 +223,11 @@ class StepLoop:
                 elapsed = time.perf_counter() - window_start
                 self.steps_per_second = self.timed_steps / max(elapsed, 1e-9)
             self.log_eval_save(step, *train.state(), log_due, eval_due, save_due, progress)
+            if stop and step < total:
+                progress.close()
+                for _, member in self.live():
+                    member.checkpointer.wait()
+                raise preemption.PreemptedError(step, flag.received or signal.SIGTERM)
             # Evaluation and saving are not training speed.
             window_start, self.timed_steps = time.perf_counter(), 0
         progress.close()
@@ -231,7 +247,8 @@ class StepLoop:
             member_params = self.member_state(params, k) if eval_due or save_due else None
             eval_metrics = member.evaluator(member_params) if eval_due else {}
             record.update(eval_metrics)
-            member.writer.log(step, record)
+            if record:  # a save alone (a preemption) logs nothing
+                member.writer.log(step, record)
             member.record = record
             if save_due and not member.save(step, member_params,
                                             self.member_state(opt_state, k), bool(finite[k]),

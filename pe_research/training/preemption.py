@@ -1,0 +1,68 @@
+"""Preemption: a cluster ends a job with SIGTERM (or warns of its time limit with SIGUSR1, or,
+through submitit, SIGUSR2).
+
+While ``watch()`` is active those signals only set a flag; the step loop finishes the call in
+flight, checkpoints that step, flushes the metrics and raises ``PreemptedError``, and rerunning the
+same command continues from that step, as from any checkpoint: no step is lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+
+import jax
+import numpy as np
+
+# SIGUSR2: submitit's signal ahead of a SLURM time limit (submitit then requeues the job).
+SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+EXIT_CODE = 75  # sysexits' EX_TEMPFAIL: stopped from outside, run the same command again
+
+
+class PreemptedError(Exception):
+    """Training stopped on a signal after checkpointing ``step``."""
+
+    def __init__(self, step: int, signal_number: int):
+        self.step, self.signal_number = step, signal_number
+        name = signal.Signals(signal_number).name
+        super().__init__(f"preempted at step {step} ({name}); rerun the same command to "
+                         "continue")
+
+
+class Flag:
+    """Which signal arrived, if any."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+
+    def set(self, number: int, _frame: object = None) -> None:
+        self.received = number
+
+    def raised(self) -> bool:
+        """Whether to stop now; with several processes, whether any process was signalled, so
+        that every process stops after the same step."""
+        local = self.received is not None
+        if jax.process_count() == 1:
+            return local
+        from jax.experimental import multihost_utils
+
+        return bool(np.any(multihost_utils.process_allgather(np.int32(local))))
+
+
+
+@contextlib.contextmanager
+def watch() -> Iterator[Flag]:
+    """Route ``SIGNALS`` to a ``Flag`` for the duration (main thread only; elsewhere the flag
+    stays unset and the signals keep their handlers)."""
+    flag = Flag()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+    previous = {number: signal.signal(number, flag.set) for number in SIGNALS}
+    try:
+        yield flag
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
