@@ -1,6 +1,14 @@
-"""The benchmark scripts run end to end at tiny sizes and print their tables."""
+"""The benchmark scripts run end to end at tiny sizes and print their tables.
 
+They run in this process, as ``python benchmarks/X.py`` would run them (``runtime.setup`` is
+their only process-wide setting, and it only leaves the compilation cache as the suite set it),
+which spares each one a Python and JAX start and shares the session's compiled programs.
+"""
+
+import contextlib
+import io
 import os
+import runpy
 import shutil
 import subprocess
 import sys
@@ -12,12 +20,30 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+def run_in_process(script: str, *args: str) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``python SCRIPT ARGS`` run in this process."""
+    out, err = io.StringIO(), io.StringIO()
+    argv, path, environ = sys.argv, list(sys.path), dict(os.environ)
+    sys.argv = [str(REPO / script), *args]
+    sys.path.insert(0, str((REPO / script).parent))
+    os.environ["WANDB_MODE"] = "disabled"
+    code = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            runpy.run_path(str(REPO / script), run_name="__main__")
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    finally:
+        sys.argv, sys.path[:] = argv, path
+        os.environ.clear()
+        os.environ.update(environ)
+    return code, out.getvalue(), err.getvalue()
+
+
 def run_script(*args: str) -> str:
-    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
-    done = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
+    code, out, err = run_in_process(*args)
+    assert code == 0, err[-3000:]
+    return out
 
 
 def test_data_throughput_covers_every_task():
@@ -270,11 +296,10 @@ def test_step_profile_attributes_a_cpu_ensemble_step_to_the_models_parts():
 ])
 def test_bad_input_ends_a_benchmark_with_one_line_before_any_compile(args, message):
     script, *rest = args
-    done = subprocess.run([sys.executable, f"benchmarks/{script}", *rest], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2
-    assert done.stderr.startswith(message) and done.stderr.count("\n") == 1, done.stderr
-    assert "|" not in done.stdout  # no table row was measured first
+    code, out, err = run_in_process(f"benchmarks/{script}", *rest)
+    assert code == 2
+    assert err.startswith(message) and err.count("\n") == 1, err
+    assert "|" not in out  # no table row was measured first
 
 
 def test_run_all_names_the_choices_for_an_unknown_benchmark(tmp_path):

@@ -146,6 +146,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as error:
         print(f"{prefix}: {describe_os_error(error)} (--debug for the traceback)",
               file=sys.stderr)
+        if type(error).__name__ == "CheckpointWriteError":
+            # Orbax's writer threads would report the same failure again at interpreter exit.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(2)
     except KeyboardInterrupt:
         print(f"{prefix}: interrupted; rerun the same command to go on", file=sys.stderr)
         return 130

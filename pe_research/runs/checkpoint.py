@@ -10,6 +10,7 @@ which step is used instead (``--debug``, i.e. ``PE_RESEARCH_DEBUG=1``, shows eve
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import os
 import shutil
@@ -48,6 +49,31 @@ def warn_unreadable(directory: Path, step: int, reason: str, instead: str) -> No
     """The one line a skipped checkpoint step gets on stderr."""
     print(f"warning: checkpoint step {step} in {directory} is unreadable ({reason}); {instead}",
           file=sys.stderr, flush=True)
+
+
+def checkpoint_bytes(arrays: Any) -> int:
+    """About what a checkpoint of ``arrays`` takes on disk: their bytes, a quarter more for
+    Orbax's files and their blocks, and 256 KiB for metadata."""
+    return int(1.25 * sum(leaf.nbytes for leaf in jax.tree.leaves(arrays))) + 256 * 1024
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk, most often); nothing older was touched,
+    and Orbax's half-written temporary directory is removed when the run next opens."""
+
+
+@contextlib.contextmanager
+def write_errors(directory: Path) -> Iterator[None]:
+    """Orbax's errors while writing, as one ``CheckpointWriteError`` naming ``directory``."""
+    try:
+        yield
+    except CheckpointWriteError:
+        raise
+    except Exception as error:
+        full = "No space left" in str(error) or "RESOURCE_EXHAUSTED" in str(error)
+        code, reason = (errno.ENOSPC, os.strerror(errno.ENOSPC)) if full else (
+            errno.EIO, f"a checkpoint could not be written: {short_reason(error)}")
+        raise CheckpointWriteError(code, reason, str(directory)) from error
 
 
 @contextlib.contextmanager
@@ -124,6 +150,17 @@ class Checkpointer:
             raise PermissionError(f"{self.directory} was opened read-only")
         if metrics is not None and self.best_metric not in metrics:
             metrics = None
+        needed = checkpoint_bytes((params, opt_state))
+        free = shutil.disk_usage(self.directory).free
+        if free < needed:  # refused here, before Orbax's writer threads start and fail noisily
+            raise CheckpointWriteError(
+                errno.ENOSPC, f"{os.strerror(errno.ENOSPC)}: step {step}'s checkpoint needs about "
+                f"{needed // 1024:,} KiB and {free // 1024:,} KiB are free", str(self.directory))
+        with write_errors(self.directory):
+            self._save(step, params, opt_state, meta, config, metrics)
+
+    def _save(self, step: int, params: Any, opt_state: Any, meta: Mapping[str, Any],
+              config: Mapping[str, Any], metrics: Mapping[str, float] | None) -> None:
         self.manager.save(
             step,
             args=ocp.args.Composite(
@@ -188,12 +225,16 @@ class Checkpointer:
         self.manager.reload()
 
     def wait(self) -> None:
-        """Block until every pending asynchronous save is on disk."""
-        self.manager.wait_until_finished()
+        """Block until every pending asynchronous save is on disk; a save that failed is an
+        ``OSError`` naming the checkpoint directory (the previous steps stay as they were)."""
+        with write_errors(self.directory):
+            self.manager.wait_until_finished()
 
     def close(self) -> None:
-        self.manager.wait_until_finished()
-        self.manager.close()
+        try:
+            self.wait()
+        finally:
+            self.manager.close()
 
 
 def _metric_getter(name: str) -> Callable[[Mapping[str, float]], float]:

@@ -190,12 +190,18 @@ class StepLoop:
 
     def _run(self, params: Any, opt_state: Any, start: int,
              flag: preemption.Flag) -> tuple[Any, Any]:
+        progress = tqdm(total=self.train_cfg.steps, initial=start, desc="train", unit="step",
+                        smoothing=0.1, disable=jax.process_index() != 0, dynamic_ncols=True)
+        self.steps.train.hold(params, opt_state)
+        try:  # the bar ends its line before anything else is printed, errors included
+            return self._steps(start, flag, progress)
+        finally:
+            progress.close()
+
+    def _steps(self, start: int, flag: preemption.Flag, progress: tqdm) -> tuple[Any, Any]:
         total = self.train_cfg.steps
-        progress = tqdm(total=total, initial=start, desc="train", unit="step", smoothing=0.1,
-                        disable=jax.process_index() != 0, dynamic_ncols=True)
         window_start, pending, step = time.perf_counter(), None, start
         train = self.steps.train
-        train.hold(params, opt_state)
         while step < total:
             # Update `step + 1` trains on the data stream's entry `step`.
             count = self.call_length(step, total)
@@ -224,13 +230,11 @@ class StepLoop:
                 self.steps_per_second = self.timed_steps / max(elapsed, 1e-9)
             self.log_eval_save(step, *train.state(), log_due, eval_due, save_due, progress)
             if stop and step < total:
-                progress.close()
                 for _, member in self.live():
                     member.checkpointer.wait()
                 raise preemption.PreemptedError(step, flag.received or signal.SIGTERM)
             # Evaluation and saving are not training speed.
             window_start, self.timed_steps = time.perf_counter(), 0
-        progress.close()
         return train.state()
 
     def log_eval_save(self, step: int, params: Any, opt_state: Any, log_due: bool,
