@@ -134,8 +134,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     runtime.setup()
     if debug_wanted(argv):
+        previous = os.environ.get(DEBUG_ENV)
         os.environ[DEBUG_ENV] = "1"  # the library's own reports show everything too
-        return int(args.run(args) or 0)
+        try:
+            return int(args.run(args) or 0)
+        finally:
+            if previous is None:
+                del os.environ[DEBUG_ENV]
     prefix = f"pe-research {args.command}"
     try:
         return int(args.run(args) or 0)

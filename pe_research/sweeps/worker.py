@@ -22,8 +22,6 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-import submitit
-
 from pe_research.sweeps.state import SweepDir, last_step
 
 PREEMPTED_EXIT = 75  # as training.preemption.EXIT_CODE, without importing JAX here
@@ -85,6 +83,8 @@ def run_point(sweep_dir: str | Path, index: int) -> dict[str, Any]:
 
 def under_submitit() -> bool:
     """Whether this process is a submitit job (whose handler of its signal requeues it)."""
+    import submitit
+
     try:
         submitit.JobEnvironment()
     except RuntimeError:
@@ -92,12 +92,17 @@ def under_submitit() -> bool:
     return True
 
 
-class PointJob(submitit.helpers.Checkpointable):
-    """Grid point ``index`` of the sweep as a submitit job that can be requeued: the default
-    ``checkpoint`` resubmits the same point, which resumes from its runs' checkpoints."""
+class PointJob:
+    """Grid point ``index`` of the sweep as a submitit job that can be requeued (submitit calls
+    ``checkpoint`` on its signal): the same point again, which resumes from its checkpoints."""
 
     def __call__(self, sweep_dir: str, index: int) -> dict[str, Any]:
         return run_point(sweep_dir, index)
+
+    def checkpoint(self, sweep_dir: str, index: int) -> Any:
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, sweep_dir, index)
 
 
 def main(argv: list[str]) -> int:
