@@ -8,7 +8,8 @@ trace. Randomness is explicit: the keys for dropout and randomized positions are
 ``CompiledStep`` owns everything around that function:
 
 * the jit: one program per batch shape, K steps per call (``train.steps_per_call``) as a
-  ``lax.scan`` over K stacked batches, bit for bit the K steps of K calls;
+  ``lax.scan`` over K stacked batches (one step without the loop), bit for bit the K steps of
+  K calls;
 * the keys (and an ensemble's learning rates) passed as arguments, not baked in as constants,
   so runs that differ only in their seed build one program (one compilation-cache entry);
 * the state between calls, held as the flat list of its leaves: a call does no Python work per
@@ -107,6 +108,11 @@ class CompiledStep:
         def run(leaves, batches, first_step, *trailing):
             self.compilations += 1  # runs once per trace
             params, opt_state = jax.tree.unflatten(self.treedef, leaves)
+            if len(batches) == 1:  # no loop around one step: XLA-CPU runs a scan's body slower
+                params, opt_state, metrics = train_step(params, opt_state, batches[0],
+                                                        first_step, *trailing)
+                return (jax.tree.leaves((params, opt_state)),
+                        jax.tree.map(lambda value: value[None], metrics))
             stacked = jax.tree.map(lambda *arrays: jnp.stack(arrays), *batches)
 
             def one_step(carry, batch):
