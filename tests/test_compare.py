@@ -108,8 +108,12 @@ def test_aggregates_over_seeds(run_dirs, tmp_path):
         assert float(alibi[key]) == pytest.approx(value), key
     assert math.isnan(float(alibi["in_dist_std"]))  # no spread from a single seed
     markdown = paths["markdown"].read_text()
-    assert "| rope | 2 | 95.0 ± 7.1 | 100.0 | 18.8 ± 8.8 | 25.0 | 4 | 4 |" in markdown
-    assert "| alibi | 1 | 100.0 ± n/a | 100.0 | 80.0 ± n/a | 80.0 | 6 | 6 |" in markdown
+    # Beyond training only 6 and 8 are evaluated: a sparse grid, whose linear uniform average
+    # over 6-8 equals the mean of its two ends.
+    assert "| rope | 2 | 95.0 ± 7.1 | 100.0 | 18.8 ± 8.8 | 25.0 | 18.8 ± 8.8 | 4 | 4 |" in markdown
+    assert "| alibi | 1 | 100.0 ± n/a | 100.0 | 80.0 ± n/a | 80.0 | 80.0 ± n/a | 6 | 6 |" \
+        in markdown
+    assert "OOD: mean over the 2 evaluated lengths 6, 8 (a sparse grid;" in markdown
     assert "max over seeds" in markdown and "ddof=1" in markdown
     assert paths["png"].stat().st_size > 10_000
     assert png_width(paths["png"]) == 8 * 120  # 5 legend entries: the legend stays inside

@@ -81,15 +81,29 @@ def test_one_group_is_named_not_counted():
 def test_close_curves_do_not_part_ways():
     near = [1.0] * 6 + [0.9, 0.8, 0.6, 0.4, 0.1, 0.0]  # beyond 6: mean 0.467
     text = sentence({"alibi": [HOLDS], "rope": [near]})
-    assert "do not part ways" in text and "from 47% to 50%" in text and "10 points" in text
+    assert "they are level" in text and "from 47% to 50%" in text and "10 points" in text
 
 
-def test_a_gap_inside_the_seed_spread_is_not_a_parting():
-    # alibi's seeds: beyond 6 means 0.5 and 0.0 -> mean 0.25, std 0.354 > gap 0.2
-    text = sentence({"alibi": [HOLDS, COLLAPSES[:6] + [0.0] * 6],
-                     "rope": [COLLAPSES, COLLAPSES]})
-    assert "2 seeds per group" in text
-    assert "do not part ways" in text and "seed spread" in text
+def beyond(mean: float) -> list[float]:
+    """A curve that learned 1-6 and scores ``mean`` at every length beyond."""
+    return [1.0] * 6 + [mean] * 6
+
+
+@pytest.mark.parametrize("first,second", [("alibi", "rope"), ("rope", "alibi")])
+def test_groups_are_ordered_only_where_their_seeds_separate(first, second):
+    """Means 38% against 12%, a gap wider than either std: ordered only when every seed of
+    one is above every seed of the other, in either direction."""
+    overlapping = {first: [beyond(0.5), beyond(0.45), beyond(0.2)],
+                   second: [beyond(0.25), beyond(0.05), beyond(0.05)]}
+    text = sentence(overlapping)
+    assert "3 seeds per group" in text
+    assert "they are level" in text and "the seeds' ranges overlap" in text
+    assert "extrapolate" not in text
+    separated = {first: [beyond(0.5), beyond(0.45), beyond(0.3)],
+                 second: [beyond(0.25), beyond(0.05), beyond(0.05)]}
+    text = sentence(separated)
+    assert f"{first} extrapolates furthest (42% mean" in text and f"while {second} falls to 12%" \
+        in text
 
 
 def test_nothing_beyond_training_is_said_so():

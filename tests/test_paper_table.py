@@ -15,9 +15,9 @@ METRIC = "output_token_accuracy"
 
 
 def fake_run(root: Path, name: str, task: str, scheme: str, randomized: int,
-             beyond: list[float]) -> Path:
+             beyond: list[float], test_lengths: tuple[int, ...] = (5, 6, 7)) -> Path:
     """A run directory with config.json and eval/eval.json: 0.99 at lengths 1-4 (trained),
-    ``beyond`` at lengths 5, 6, 7."""
+    ``beyond`` at ``test_lengths``."""
     config = to_dict(base_config(task=task, pe=scheme))
     config["data"]["train_lengths"] = [1, 4]
     config["model"]["pe"]["randomize"]["max_position"] = randomized
@@ -25,7 +25,8 @@ def fake_run(root: Path, name: str, task: str, scheme: str, randomized: int,
     (run_dir / "eval").mkdir(parents=True)
     (run_dir / "config.json").write_text(json.dumps(config))
     rows = [{"length": n, "samples": 8, METRIC: 0.99} for n in range(1, 5)]
-    rows += [{"length": 5 + i, "samples": 8, METRIC: v} for i, v in enumerate(beyond)]
+    rows += [{"length": n, "samples": 8, METRIC: v}
+             for n, v in zip(test_lengths, beyond, strict=True)]
     (run_dir / "eval" / "eval.json").write_text(json.dumps({"rows": rows}))
     return run_dir
 
@@ -50,10 +51,27 @@ def test_cells_are_max_and_mean_over_seeds_of_the_test_lengths(tmp_path):
     # Regular tasks come before deterministic context-free ones; plain before randomized.
     assert table.index("| R | parity_check") < table.index("| DCF | reverse_string")
     assert "| class | task | rope | rope randomized |" in table
-    assert "**70.0** (55.0 ± 21.2, n=2)" in table
+    assert "**70.0** (55.0 ± 21.2, n=2; in-dist 99.0)" in table
+    assert "uniform over every test length (5-7), as the papers average" in table
+    assert plain["dense_grid"] and plain["uniform_mean"] == pytest.approx(0.55)
     assert paths["png"].stat().st_size > 0
 
 
 def test_chomsky_classes():
     assert [chomsky_class(t) for t in ("parity_check", "reverse_string", "duplicate_string",
                                        "copy")] == ["R", "DCF", "CS", "other"]
+
+
+def test_a_sparse_test_grid_is_named_and_given_its_uniform_average(tmp_path):
+    # Lengths 5, 7, 11 hold 0.9, 0.5, 0.1: linear between them, every length 5-11 weighs
+    # equally: 0.9, 0.7, 0.5, 0.4, 0.3, 0.2, 0.1 -> 3.1 / 7; the plain mean is 0.5.
+    runs = [fake_run(tmp_path, f"s{seed}", "reverse_string", "rope", 0, [0.9, 0.5, 0.1],
+                     test_lengths=(5, 7, 11)) for seed in range(2)]
+    paths = write_paper_table(runs, tmp_path / "out")
+    row = next(iter(np.genfromtxt(paths["csv"], delimiter=",", dtype=None, names=True,
+                                  encoding=None, ndmin=1)))
+    assert row["mean"] == pytest.approx(0.5) and not row["dense_grid"]
+    assert row["uniform_mean"] == pytest.approx(3.1 / 7)
+    table = paths["markdown"].read_text()
+    assert "a sparse grid (5, 7, 11), not the papers' uniform average" in table
+    assert "**50.0** (50.0 ± 0.0, n=2; uniform 44.3; in-dist 99.0)" in table

@@ -5,6 +5,7 @@ Every figure is a ``matplotlib.figure.Figure`` (no pyplot state), titled, with u
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,6 +16,12 @@ POSITION_AXIS = "position (token index)"
 
 
 UNTRAINED_STYLE = {"color": "0.5", "alpha": 0.18, "lw": 0}
+
+
+def fitted(title: str, figure: Figure) -> str:
+    """``title`` wrapped to the figure's width (about 11 characters an inch at its size)."""
+    return "\n".join(textwrap.fill(line, int(11 * figure.get_size_inches()[0]))
+                     for line in title.split("\n"))
 
 
 def untrained_label(first: int) -> str:
@@ -43,9 +50,16 @@ def norm_figure(profiles: Mapping[str, Mapping[str, Any]], title: str) -> Figure
     axes.set_xlabel(POSITION_AXIS)
     axes.set_ylabel("L2 norm (input-embedding units)")
     axes.set_xlim(-0.5, drawn - 0.5)
-    top = max(float(np.max(profile["norms"])) for profile in profiles.values())
-    axes.set_ylim(0.0, 1.15 * top if top > 0 else 1.0)
-    axes.set_title(title)
+    means = [float(profile["mean"]) for profile in profiles.values()]
+    if min(means) > 0 and max(means) > 10 * min(means):
+        # curves an order of magnitude apart (a LayerNorm's output beside the raw vectors):
+        # on a linear axis the small ones would be a flat line at zero
+        axes.set_yscale("log")
+        axes.set_ylabel("L2 norm (input-embedding units, log scale)")
+    else:
+        top = max(float(np.max(profile["norms"])) for profile in profiles.values())
+        axes.set_ylim(0.0, 1.15 * top if top > 0 else 1.0)
+    axes.set_title(fitted(title, figure))
     axes.legend(fontsize=7, loc="lower right")
     return figure
 
@@ -66,7 +80,7 @@ def orthogonality_figure(result: Mapping[str, Any], title: str) -> Figure:
                                  f"{result['random_baseline_mean_abs_cos']:.4f})")
     axes.set_xlabel("cosine similarity of token and position vectors (unitless)")
     axes.set_ylabel("number of (token, position) pairs")
-    axes.set_title(title)
+    axes.set_title(fitted(title, figure))
     axes.legend(fontsize=8)
     return figure
 
@@ -85,7 +99,7 @@ def cosine_heatmap_figure(cos_PxP: np.ndarray, title: str, trained: int | None =
         axes.legend(fontsize=7, loc="lower left")
     axes.set_xlabel(POSITION_AXIS)
     axes.set_ylabel(POSITION_AXIS)
-    axes.set_title(title)
+    axes.set_title(fitted(title, figure))
     return figure
 
 
@@ -184,6 +198,6 @@ def decomposition_shares_figure(sites: list[Mapping[str, Any]], title: str) -> F
     axes.set_xlim(0, 1)
     axes.set_xlabel("share of mean |term| over visible (query, key) pairs (fraction)")
     axes.set_ylabel("attention layer and head")
-    axes.set_title(title)
+    axes.set_title(fitted(title, figure))
     axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return figure

@@ -27,6 +27,7 @@ from pe_research.core.atomic_files import atomic_open, atomic_write_text
 from pe_research.core.errors import ConfigError
 from pe_research.evaluation.finding import comparison_finding
 from pe_research.evaluation.group_summary import (
+    averaging_text,
     best_word,
     markdown_table,
     summarize_group,
@@ -308,8 +309,13 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
     first = curves[0]
     low, high = first.train_lengths
     one_range = len({c.train_lengths for c in curves}) == 1
-    inside, beyond = (f"{low}-{high}", f"> {high}") if one_range else (
-        "within each run's training range", "beyond it")
+    if one_range:
+        grid = next(iter(groups.values()))["lengths"]
+        inside = f"mean over evaluated lengths {low}-{high}"
+        beyond = averaging_text([int(n) for n in grid if n > high])
+    else:
+        inside, beyond = ("mean over evaluated lengths within each run's training range",
+                          "mean over evaluated lengths beyond it")
     kinds = {(json.dumps(c.config["task"], sort_keys=True), c.train_lengths) for c in curves}
     mixed = len(kinds) > 1
     title = what_was_trained(curves)
@@ -332,8 +338,7 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
                 "with. " if setting else "")
              + "Runs "
              f"grouped by `{group_by}`. "
-             f"Aggregates over seeds: {shown}. In-dist: mean over evaluated lengths {inside}; "
-             f"OOD: mean over evaluated lengths {beyond}"
+             f"Aggregates over seeds: {shown}. In-dist: {inside}; OOD: {beyond}"
              + (f"; longest n: the longest length up to which every evaluated length scores ≥ "
                 f"{100 * threshold:g}% on the group's mean (or {best}) curve."
                 if definition.unit == "%" else "."), "",

@@ -5,8 +5,9 @@ at least ``learned`` on average over the training lengths, judged by exact match
 another metric is compared (``fit``): a per-token score of 99 % can hide a quarter of the
 longest training strings decoded wrong. A comparison of undertrained models says so and stops
 there. Otherwise the groups are sorted by their mean beyond the training range and split at the
-widest gap between neighbours: the curves part ways when that gap is at least
-``part_ways`` and wider than the seed spread (std over seeds) of the two groups beside it. The
+widest gap between neighbours: the curves part ways when that gap is at least ``part_ways`` and
+the seeds separate the two sides (every seed of every group above the split scores more than
+every seed of every group below it); otherwise the groups are called level. The
 length named in the sentence is the evaluated length beyond training where the two sides' mean
 curves are furthest apart. A seed below ``learned`` at one training length (its mean still
 reaching it) is named last. Curves measured with test-time settings the runs were not trained
@@ -135,13 +136,14 @@ def _ranking(groups: Mapping[str, Mapping[str, Any]], summaries: Mapping[str, Ma
         return (f"{everyone}; beyond {high}, {order[0]} scores {_percents(ood)} on average.")
     gaps = [ood[i] - ood[i + 1] for i in range(len(order) - 1)]
     cut = int(np.argmax(gaps))
-    spread = max(np.nan_to_num(summaries[order[i]]["ood_std"]) for i in (cut, cut + 1))
-    if gaps[cut] < part_ways or gaps[cut] <= spread:
-        why = "seed spread" if gaps[cut] >= part_ways else f"{100 * part_ways:.0f} points"
-        return (f"{everyone}, and beyond {high} their curves do not part ways: mean {what} "
-                f"over the longer lengths ranges from {100 * ood[-1]:.0f}% to "
-                f"{100 * ood[0]:.0f}%, no gap between neighbours wider than {why}.")
     top, bottom = order[:cut + 1], order[cut + 1:]
+    separated = (min(min(_seeds(summaries[n])) for n in top)
+                 > max(max(_seeds(summaries[n])) for n in bottom))
+    if gaps[cut] < part_ways or not separated:
+        why = ("the seeds' ranges overlap" if gaps[cut] >= part_ways
+               else f"no gap between neighbours is wider than {100 * part_ways:.0f} points")
+        return (f"{everyone}, and beyond {high} they are level: mean {what} over the longer "
+                f"lengths ranges from {100 * ood[-1]:.0f}% to {100 * ood[0]:.0f}%, and {why}.")
     longest = max(int(group["lengths"].max()) for group in groups.values())
     at = _widest_length(groups, top, bottom, high)
     top_at = [float(groups[n]["mean"][groups[n]["lengths"] == at][0]) for n in top]
@@ -151,6 +153,11 @@ def _ranking(groups: Mapping[str, Mapping[str, Any]], summaries: Mapping[str, Ma
             f"mean {what} over lengths {high + 1}-{longest}, {_percents(top_at)} at length {at}), "
             f"while {name_list(bottom)} fall{'s' if len(bottom) == 1 else ''} to "
             f"{_percents(ood[cut + 1:])} ({_percents(bottom_at)} at length {at}).")
+
+
+def _seeds(summary: Mapping[str, Any]) -> list[float]:
+    """A group's per-seed means beyond training (its mean alone where they are not known)."""
+    return list(summary.get("ood_runs") or [summary["ood_mean"]])
 
 
 def _widest_length(groups: Mapping[str, Mapping[str, Any]], top: Sequence[str],

@@ -4,6 +4,11 @@ Per run, a metric is averaged over the evaluated lengths inside its training ran
 it; per group these are summarised as the metric table says: mean ± std over seeds (std with
 ddof=1) and the best seed (max for accuracies, min for losses), plus the weakest seed and the
 longest length every evaluated length up to which reaches a threshold.
+
+The randomized-PE and Chomsky-hierarchy papers (Ruoss et al. 2023, Delétang et al. 2023) average
+over every integer test length with equal weight. On such a dense grid the mean over evaluated
+lengths is that average; on a sparse grid (dense near the training length, as CPU sweeps use) it
+is not, so ``uniform_mean`` gives it beside, interpolating linearly between evaluated lengths.
 """
 
 from __future__ import annotations
@@ -20,6 +25,33 @@ def range_means(curve: Any, lengths: Sequence[int], high: int) -> tuple[float, f
     """Mean of ``curve`` ``[L]`` over the ``lengths`` up to ``high``, and over those beyond."""
     curve, lengths = np.asarray(curve, float), np.asarray(lengths)
     return float(curve[lengths <= high].mean()), float(curve[lengths > high].mean())
+
+
+def is_dense(lengths: Sequence[int]) -> bool:
+    """Whether ``lengths`` are every integer from the first to the last."""
+    values = sorted(int(n) for n in lengths)
+    return values == list(range(values[0], values[-1] + 1)) if values else True
+
+
+def uniform_mean(lengths: Sequence[int], values: Any) -> float:
+    """``values`` ``[L]`` at ``lengths`` averaged over every integer length from the first to
+    the last with equal weight, linear between evaluated lengths (exact on a dense grid)."""
+    lengths, values = np.asarray(lengths, float), np.asarray(values, float)
+    if not len(lengths):
+        return float("nan")
+    every = np.arange(lengths[0], lengths[-1] + 1)
+    return float(np.mean(np.interp(every, lengths, values)))
+
+
+def averaging_text(lengths: Sequence[int]) -> str:
+    """How a mean over ``lengths`` weighs them: uniform over a dense grid, or a sparse grid."""
+    if not len(lengths):
+        return "no evaluated lengths"
+    if is_dense(lengths):
+        return f"uniform over every length {lengths_text(lengths)}"
+    return (f"mean over the {len(lengths)} evaluated lengths {lengths_text(lengths)} (a sparse "
+            f"grid; 'uniform' beside it interpolates linearly to every length "
+            f"{min(lengths)}-{max(lengths)})")
 
 
 def lengths_text(lengths: Sequence[int]) -> str:
@@ -47,12 +79,14 @@ def summarize_group(group: Mapping[str, Any], threshold: float) -> dict[str, Any
     """
     metric: Metric = group["metric"]
     lengths, values = group["lengths"], group["values"]
-    in_dist, ood, trained = [], [], []
+    in_dist, ood, uniform, trained, dense = [], [], [], [], True
     for run_values, member in zip(values, group["members"], strict=True):
         low, high = member.train_lengths
         inside, beyond = (lengths >= low) & (lengths <= high), lengths > high
         in_dist.append(metric.over_lengths(run_values[inside]))
         ood.append(metric.over_lengths(run_values[beyond]))
+        uniform.append(uniform_mean(lengths[beyond], run_values[beyond]))
+        dense = dense and is_dense(lengths[beyond])
         trained += [(float(value), member.config.get("seed"), int(length))
                     for length, value in zip(lengths[inside], run_values[inside], strict=True)]
     sign = 1 if metric.higher_is_better else -1  # worst: lowest accuracy, highest loss
@@ -66,10 +100,14 @@ def summarize_group(group: Mapping[str, Any], threshold: float) -> dict[str, Any
 
     best = best_word(metric)
     (in_mean, in_std, in_best), (ood_mean, ood_std, ood_best) = spread(in_dist), spread(ood)
+    ood_uniform, uniform_std, _ = spread(uniform)
     fraction = metric.unit == "%" and metric.higher_is_better
     return {"runs": group["runs"], "in_dist_mean": in_mean, "in_dist_std": in_std,
             f"in_dist_{best}": in_best, "in_dist_worst": min(in_dist, key=lambda v: sign * v),
             "in_dist_weakest": weakest, "ood_mean": ood_mean, "ood_std": ood_std,
+            "ood_runs": [float(value) for value in ood],
+            "ood_uniform_mean": ood_uniform, "ood_uniform_std": uniform_std,
+            "ood_dense": dense,
             f"ood_{best}": ood_best,
             "longest_mean": longest_above(lengths, group["mean"], threshold) if fraction else None,
             f"longest_{best}": longest_above(lengths, group["best"], threshold) if fraction
@@ -85,25 +123,33 @@ def summary_columns(metric: Metric) -> tuple[str, ...]:
     """Columns of the CSV summary for ``metric``."""
     best = best_word(metric)
     return ("group", "runs", "in_dist_mean", "in_dist_std", f"in_dist_{best}", "ood_mean",
-            "ood_std", f"ood_{best}", "longest_mean", f"longest_{best}")
+            "ood_std", f"ood_{best}", "longest_mean", f"longest_{best}", "ood_uniform_mean",
+            "ood_uniform_std", "ood_dense")
 
 
 def markdown_table(summaries: Mapping[str, Mapping[str, Any]], group_by: str,
                    threshold: float, metric: Metric | None = None) -> str:
-    """The summary as a markdown table (percentages for fractions)."""
+    """The summary as a markdown table (percentages for fractions); an "OOD uniform" column
+    when some group's lengths beyond training are a sparse grid."""
     metric = metric or METRICS[HEADLINE]
     best, show = best_word(metric), metric.display
     limit = f"{100 * threshold:g}%"
     fraction = metric.unit == "%"  # 'longest n above a threshold' is defined for fractions only
-    lines = [f"| {group_by} | runs | in-dist mean ± std | in-dist {best} | OOD mean ± std | "
-             f"OOD {best} |" + (f" longest n ≥ {limit} (mean) | longest n ≥ {limit} ({best}) |"
-                                if fraction else ""),
-             "|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if fraction else "")]
+    sparse = not all(s.get("ood_dense", True) for s in summaries.values())
+    ood = "OOD mean ± std (sparse grid)" if sparse else "OOD mean ± std"
+    lines = [f"| {group_by} | runs | in-dist mean ± std | in-dist {best} | {ood} | "
+             f"OOD {best} |" + (" OOD uniform (interpolated) |" if sparse else "")
+             + (f" longest n ≥ {limit} (mean) | longest n ≥ {limit} ({best}) |"
+                if fraction else ""),
+             "|---|---:|---:|---:|---:|---:|" + ("---:|" if sparse else "")
+             + ("---:|---:|" if fraction else "")]
     for name, s in summaries.items():
         lines.append(
             f"| {name} | {s['runs']} | {show(s['in_dist_mean'])} ± {show(s['in_dist_std'])}"
             f" | {show(s[f'in_dist_{best}'])} | {show(s['ood_mean'])} ± "
             f"{show(s['ood_std'])} | {show(s[f'ood_{best}'])} |"
+            + (f" {show(s['ood_uniform_mean'])} ± {show(s['ood_uniform_std'])} |"
+               if sparse else "")
             + (f" {s['longest_mean'] or '-'} | {s[f'longest_{best}'] or '-'} |"
                if fraction else ""))
     return "\n".join(lines)

@@ -3,9 +3,12 @@
 Each cell scores one (task, scheme, plain | randomized) group of runs on the test lengths, the
 lengths beyond training (``metric.over_lengths`` of the evaluated lengths > the training
 maximum): the best seed (max, the randomized-PE and Chomsky-hierarchy papers' choice) with
-mean ± std (ddof=1) over seeds beside it. Rows are the tasks grouped R (regular), DCF
-(deterministic context-free), CS (context-sensitive), then any other task; written as markdown,
-CSV and a heatmap of the best seeds.
+mean ± std (ddof=1) over seeds beside it, and the in-distribution score (mean over seeds) so an
+undertrained cell shows. The papers average uniformly over every test length; where the runs
+were evaluated on a sparse grid the table says so and adds the uniform average interpolated
+between evaluated lengths (``group_summary.uniform_mean``). Rows are the tasks grouped R
+(regular), DCF (deterministic context-free), CS (context-sensitive), then any other task;
+written as markdown, CSV and a heatmap of the best seeds.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from matplotlib.figure import Figure
 from pe_research.core.atomic_files import atomic_open, atomic_savefig, atomic_write_text
 from pe_research.core.errors import ConfigError
 from pe_research.evaluation.compare import RunCurve, load_curve
+from pe_research.evaluation.group_summary import is_dense, lengths_text, uniform_mean
 from pe_research.model.metrics import get_metric
 from pe_research.runs.run_dir import DEFAULT_EVAL_NAME
 from pe_research.tasks import TASKS
@@ -38,6 +42,9 @@ class Cell:
     best: float
     mean: float
     std: float
+    uniform: float  # mean over seeds of the uniform (interpolated) average over test lengths
+    in_dist: float  # mean over seeds of the mean over the training lengths
+    dense: bool  # every test length evaluated: ``mean`` is the papers' uniform average
 
 
 def chomsky_class(task: str) -> str:
@@ -64,15 +71,23 @@ def build_cells(curves: Sequence[RunCurve], metric_name: str,
                 ) -> dict[tuple[str, str], Cell]:
     """``{(task, column): Cell}`` over the given runs."""
     metric = get_metric(metric_name)
-    grouped: dict[tuple[str, str], list[float]] = {}
+    grouped: dict[tuple[str, str], list[RunCurve]] = {}
     for curve in curves:
-        key = (curve.config["task"]["name"], column_of(curve))
-        grouped.setdefault(key, []).append(test_score(curve, metric_name))
+        grouped.setdefault((curve.config["task"]["name"], column_of(curve)), []).append(curve)
     cells = {}
-    for key, values in grouped.items():
-        array = np.asarray(values, float)
-        std = float(np.std(array, ddof=1)) if len(values) > 1 else float("nan")
-        cells[key] = Cell(tuple(values), float(metric.best(array)), float(np.mean(array)), std)
+    for key, members in grouped.items():
+        array = np.asarray([test_score(curve, metric_name) for curve in members], float)
+        std = float(np.std(array, ddof=1)) if len(members) > 1 else float("nan")
+        beyond = [curve.lengths > curve.train_lengths[1] for curve in members]
+        inside = [(curve.lengths >= curve.train_lengths[0])
+                  & (curve.lengths <= curve.train_lengths[1]) for curve in members]
+        cells[key] = Cell(
+            tuple(float(v) for v in array), float(metric.best(array)), float(np.mean(array)),
+            std, float(np.mean([uniform_mean(c.lengths[b], c.values[b])
+                                for c, b in zip(members, beyond, strict=True)])),
+            float(np.mean([metric.over_lengths(c.values[i])
+                           for c, i in zip(members, inside, strict=True)])),
+            all(is_dense(c.lengths[b]) for c, b in zip(members, beyond, strict=True)))
     return cells
 
 
@@ -102,10 +117,21 @@ def write_paper_table(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
              "png": out_dir / "paper_table.png"}
     best = "max" if definition.higher_is_better else "min"
     show = definition.display
+    sparse = not all(cell.dense for cell in cells.values())
+    grids = sorted({lengths_text([int(n) for n in c.lengths if n > c.train_lengths[1]])
+                    for c in curves})
+    averaging = (f"the mean over the evaluated test lengths, a sparse grid ({'; '.join(grids)}), "
+                 "not the papers' uniform average over every test length; 'uniform' gives that "
+                 "average interpolated linearly between evaluated lengths" if sparse else
+                 f"uniform over every test length ({'; '.join(grids)}), as the papers average")
     lines = [f"# {definition.label}, averaged over the test lengths (beyond training)", "",
              f"Each cell: the best seed ({best} over seeds), then mean ± std over seeds "
-             "(std ddof=1) and the number of seeds. Metric: "
-             f"`{metric}`, from `eval/{eval_name}.json`.", "",
+             "(std ddof=1) and the number of seeds"
+             + (", the uniform average (mean over seeds)" if sparse else "")
+             + ", and the in-distribution score (mean over seeds, over the training lengths; "
+             "a low one marks an undertrained cell). "
+             f"Averaging over lengths: {averaging}. Metric: `{metric}`, from "
+             f"`eval/{eval_name}.json`.", "",
              "| class | task | " + " | ".join(columns) + " |",
              "|---|---|" + "---:|" * len(columns)]
     for task in tasks:
@@ -113,18 +139,22 @@ def write_paper_table(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
         for column in columns:
             cell = cells.get((task, column))
             row.append("-" if cell is None else f"**{show(cell.best)}** ({show(cell.mean)} ± "
-                       f"{show(cell.std)}, n={len(cell.values)})")
+                       f"{show(cell.std)}, n={len(cell.values)}"
+                       + (f"; uniform {show(cell.uniform)}" if sparse else "")
+                       + f"; in-dist {show(cell.in_dist)})")
         lines.append(f"| {chomsky_class(task)} | {task} | " + " | ".join(row) + " |")
     atomic_write_text(paths["markdown"], "\n".join(lines) + "\n")
     with atomic_open(paths["csv"], newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["class", "task", "column", f"{best}", "mean", "std", "seeds"])
+        writer.writerow(["class", "task", "column", f"{best}", "mean", "std", "seeds",
+                         "uniform_mean", "dense_grid", "in_dist_mean"])
         for task in tasks:
             for column in columns:
                 if (task, column) in cells:
                     cell = cells[(task, column)]
                     writer.writerow([chomsky_class(task), task, column, cell.best, cell.mean,
-                                     cell.std, len(cell.values)])
+                                     cell.std, len(cell.values), cell.uniform, cell.dense,
+                                     cell.in_dist])
     plot_heatmap(cells, tasks, columns, definition, paths["png"])
     return paths
 
