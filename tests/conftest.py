@@ -59,12 +59,13 @@ def cli_command() -> list[str]:
 
 
 # Tests compile hundreds of tiny programs and run each for a few steps, so compile time is most
-# of the suite's time. XLA's CPU backend at optimization level 0 compiles a tiny train step in
-# half the time (3.8 s -> 1.9 s) and gives the same losses; every process of the session,
-# children included, uses it, so runs compared across processes are compiled alike. Claims
-# that two different programs agree bit for bit hold at XLA's default level, which users run,
-# and not always at 0: their tests run there (``ran_at_default_optimization``).
-TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
+# of the suite's time. XLA's CPU backend at optimization level 0, with its older element-wise
+# emitters instead of the fusion emitters, compiles a tiny program in a fifth of the time and
+# gives the same losses (docs/performance.md); every process of the session, children
+# included, uses it, so runs compared across processes are compiled alike. Claims that two
+# different programs agree bit for bit hold at XLA's default settings, which users run, and not
+# always at these: their tests run there (``ran_at_default_optimization``).
+TEST_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
 DEFAULT_OPTIMIZATION = "PE_RESEARCH_TESTS_DEFAULT_OPTIMIZATION"
 if not os.environ.get(DEFAULT_OPTIMIZATION) and TEST_XLA_FLAGS not in os.environ.get(
         "XLA_FLAGS", ""):  # xdist workers inherit it
@@ -98,13 +99,13 @@ def pytest_configure(config: pytest.Config) -> None:
     environment) and switched on in this process too."""
     if not hasattr(config, "workerinput") and CACHE_ENV not in os.environ:
         os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="pe_research_tests_jax_cache_")
-        os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.5"
+        os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.1"
         config.stash[OWN_CACHE] = os.environ[CACHE_ENV]
     import jax
 
     jax.config.update("jax_compilation_cache_dir", os.environ[CACHE_ENV])
     jax.config.update("jax_persistent_cache_min_compile_time_secs",
-                      float(os.environ.get("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", 0.5)))
+                      float(os.environ.get("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", 0.1)))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
