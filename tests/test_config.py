@@ -139,6 +139,22 @@ def test_missing_config_file():
         load_config("configs/nope.py")
 
 
+def test_a_runs_config_json_is_a_config_file_and_other_files_are_refused(tmp_path):
+    config = load_config(DEFAULT, ["--config.model.pe.type=alibi"])
+    save_config(config, tmp_path)
+    again = load_config(tmp_path / "config.json", ["--config.train.steps=7"])
+    assert again.model.pe.type == "alibi" and again.train.steps == 7
+    assert again.to_dict() == {**config.to_dict(), "train": {**config.train.to_dict(),
+                                                               "steps": 7}}
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(ConfigError, match=r"a config file \(configs/\*.py\) or a run's "
+                                          "config.json"):
+        load_config(tmp_path / "notes.txt")
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(ConfigError, match="cannot be read as JSON"):
+        load_config(tmp_path / "broken.json")
+
+
 def test_config_json_round_trip_keeps_tuples(tmp_path):
     config = load_config(DEFAULT, ["--config.model.pe.type=alibi"])
     save_config(config, tmp_path)

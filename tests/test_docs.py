@@ -114,3 +114,22 @@ def test_a_broken_link_is_seen(tmp_path):
     assert targets == ["b.md", "#title", "#nowhere"]
     assert not (tmp_path / "b.md").exists()
     assert "title" in anchors(document) and "nowhere" not in anchors(document)
+
+
+TIMING = re.compile(r"RESULTS\.md|history\.md|\d\s*(?:ms/step|steps/s|tokens/s)\b|\d+(?:\.\d+)?x "
+                    r"(?:faster|slower)")
+
+
+def test_the_code_says_why_not_how_fast():
+    """Measured timings live in docs/performance.md and benchmarks/, not in the package's
+    docstrings and comments (strings the program prints are not comments)."""
+    found = []
+    for path in sorted((REPO / "pe_research").rglob("*.py")):
+        text = path.read_text()
+        docstrings = [ast.get_docstring(node) or "" for node in ast.walk(ast.parse(text))
+                      if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef)]
+        comments = [line.split("#", 1)[1] for line in text.splitlines() if "#" in line]
+        found += [f"{path.name}: {match}" for part in docstrings + comments
+                  for match in TIMING.findall(part)]
+    assert found == []
+    assert TIMING.findall("ten per call: 5.2x faster (benchmarks/RESULTS.md), 1.03 ms/step")

@@ -45,14 +45,30 @@ def from_mapping(values: Mapping[str, Any]) -> ml_collections.ConfigDict:
 
 def load_config(path: str | Path, overrides: Sequence[str] = (), *,
                 validate: bool = True) -> ml_collections.ConfigDict:
-    """``get_config()`` of the file at ``path``, overrides applied, completed and validated."""
+    """``get_config()`` of the file at ``path`` (or a run's ``config.json``), overrides applied,
+    completed and validated."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError("--config", str(path), "no such config file (see configs/*.py)")
-    config = apply_overrides(from_mapping(_run_config_file(path)), overrides)
+    if path.suffix not in (".py", ".json"):
+        raise ConfigError("--config", str(path), "a config file (configs/*.py) or a run's "
+                                                 "config.json")
+    values = _read_json(path) if path.suffix == ".json" else _run_config_file(path)
+    config = apply_overrides(from_mapping(values), overrides)
     if validate:
         validate_config(config)
     return config
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """A run's ``config.json`` as a mapping; an unreadable one is one ConfigError."""
+    try:
+        values = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ConfigError("--config", str(path), f"cannot be read as JSON ({error})") from None
+    if not isinstance(values, dict):
+        raise ConfigError("--config", str(path), "must hold a JSON object (a run's config)")
+    return values
 
 
 def _run_config_file(path: Path) -> dict[str, Any]:
