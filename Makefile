@@ -27,8 +27,11 @@ test: $(STAMP)
 	$(PYTHON) -m ruff check pe_research tests configs experiments benchmarks
 	$(PYTHON) -m pytest -n 2 --dist worksteal --durations=30
 
+# The edit-run loop: no end-to-end runs, no per-scheme batteries, compiled programs kept
+# between runs in .jax_cache_tests (make test starts from an empty cache, as CI does).
 test-fast: $(STAMP)
-	$(PYTHON) -m pytest -n 2 --dist worksteal -m "not slow"
+	JAX_COMPILATION_CACHE_DIR=$(CURDIR)/.jax_cache_tests $(PYTHON) -m pytest -n 2 --dist worksteal \
+	  -m "not slow and not battery"
 
 lint: $(STAMP)
 	$(PYTHON) -m ruff check pe_research tests configs experiments benchmarks
@@ -37,4 +40,4 @@ demo: $(STAMP)
 	$(PYTHON) experiments/demo.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache .jax_cache_tests

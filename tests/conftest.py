@@ -195,6 +195,19 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Tra
     return TrainedRun(run_dir=run_dir, stdout=output.read_text())
 
 
+# Fixtures that train a run (checked complete by tests/test_test_markers.py).
+TRAINING_FIXTURES = frozenset({"trained_run", "copy_run", "analyzed", "even_pairs_run", "lm_run",
+                               "uninterrupted", "selective_copy_run", "t5_run"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that reads a trained run is end-to-end: it is ``slow`` (``make test-fast``
+    leaves it out, ``make test`` and CI run it)."""
+    for item in items:
+        if TRAINING_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def trained_run_dir(trained_run: TrainedRun) -> Path:
     """The run directory of ``trained_run`` (config.json, metrics.jsonl, checkpoints/, wandb/)."""

@@ -19,6 +19,8 @@ from pe_research.positional import SCHEMES
 from pe_research.positional.randomize import make_positions, random_positions
 from pe_research.tasks.vocabulary import BOS_ID, EOS_ID
 
+pytestmark = pytest.mark.battery  # every scheme (or architecture): make test runs it
+
 ARCHITECTURES = ("encoder_only", "decoder_only")
 SCHEMES_TO_CHECK = ("none", "sinusoidal", "learned", "rope", "alibi", "t5", "fire", "cope")
 

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each test runs a benchmark script end to end
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -35,6 +35,7 @@ def host(tree) -> list[np.ndarray]:
     return [np.asarray(leaf) for leaf in jax.tree.leaves(tree)]
 
 
+@pytest.mark.slow
 def test_calls_of_one_and_of_several_steps_give_the_plain_steps_bit_for_bit(request):
     """Three one-step calls and a two-step call on the held state against the unwrapped train
     step applied to pytrees, step by step: different programs, so compared at XLA's default

@@ -26,6 +26,8 @@ from pe_research.model.decoding import (
 from pe_research.model.single_stack import SingleStackTransformer
 from pe_research.positional.registry import SCHEMES
 
+pytestmark = pytest.mark.battery  # every scheme (or architecture): make test runs it
+
 BATCH, SOURCE_LEN, TARGET_LEN = 6, 7, 10
 SEGMENTS = (2, 3, 7, TARGET_LEN)  # cache widths of a loop in segments (cache_widths: T >= 256)
 # LLVM codegen optimisation off halves compile time; both decoders are compiled the same way.

@@ -23,6 +23,8 @@ from pe_research.model.masks import (
 from pe_research.positional.explicit_attention import attention
 from pe_research.positional.registry import SCHEMES
 
+pytestmark = pytest.mark.battery  # every scheme (or architecture): make test runs it
+
 
 def attention_inputs(T: int, S: int, bias_batch: int | None, seed: int = 0):
     """q ``[2, T, 2, 8]``, k and v ``[2, S, 2, 8]``, a bias ``[bias_batch, 2, T, S]`` (or None)

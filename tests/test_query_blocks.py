@@ -24,6 +24,8 @@ from pe_research.positional import SCHEMES
 from pe_research.training.optimizer import make_optimizer
 from pe_research.training.step import step_functions
 
+pytestmark = pytest.mark.battery  # every scheme (or architecture): make test runs it
+
 ARCHITECTURES = ("encoder_decoder", "encoder_only", "decoder_only")
 
 

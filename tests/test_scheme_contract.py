@@ -36,6 +36,8 @@ from pe_research.positional import (
 )
 from pe_research.runs.run_dir import RunDir, save_config
 
+pytestmark = pytest.mark.battery  # every scheme (or architecture): make test runs it
+
 # Options that change a scheme's math: each is a contract entry of its own.
 VARIANTS: dict[str, dict] = {
     "alibi:learnable_slopes_on_1_of_2_heads": {"heads": 1, "learnable_slopes": True},
