@@ -20,28 +20,16 @@ from pe_research.tasks import BENCHMARK_TASKS
 
 REPO = Path(__file__).resolve().parents[2]
 TABLE = REPO / "configs/sweeps/randomized_pe_table.py"
+CPU_TABLE = REPO / "configs/sweeps/randomized_pe_table_cpu.py"
 SCHEMES = ("rope", "transformer_xl")
 LONGEST_TRAINED, LONGEST_EVALUATED, MAX_POSITION = 10, 30, 256
 
 
 def get_config():
-    config = load_config(TABLE, validate=False)
-    config.data.train_lengths = (1, LONGEST_TRAINED)
-    config.data.batch_size = 32
-    config.data.buckets = (16, 32, 64)
-    config.data.eval_samples = 64
-    config.model.num_encoder_layers = 2
-    config.model.num_heads = 4
-    config.model.dropout_rate = 0.0
-    config.model.pe.randomize.max_position = MAX_POSITION
-    config.train.steps = 2000
-    config.train.learning_rate = 1e-3
+    config = load_config(CPU_TABLE, validate=False)  # its model, data and training
+    config.train.predict_eos = False  # as the paper (and the full table)
     config.train.log_every = 200
-    config.train.eval_every = 1000
-    config.train.checkpoint_every = 1000
-    config.train.eval_lengths = (20,)
     config.eval.lengths = tuple(range(1, LONGEST_EVALUATED + 1))
-    config.eval.batch_size = 64
     config.wandb.group = "randomized_pe_all_tasks_cpu"
     return config
 
