@@ -23,8 +23,8 @@ OUT_DIR=${OUT_DIR:-runs/benchmarks}
 PYTHON=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # pe_research without an install, too
 export PYTHONUNBUFFERED=1  # rows appear as they are measured
-ALL=(cudnn_check train_speed step_profile attention_kernels ensemble_speed bias_memory scheme_cost
-     scheme_cost_cudnn eval_memory eval_speed decode_speed data_throughput torch_reference)
+ALL=(cudnn_check train_speed step_profile attention_kernels ensemble_speed sweep_throughput
+     bias_memory scheme_cost scheme_cost_cudnn eval_memory eval_speed decode_speed data_throughput torch_reference)
 LIMIT_S=${LIMIT_S:-0}
 NAMES=("$@")
 [ ${#NAMES[@]} -eq 0 ] && NAMES=("${ALL[@]}")
@@ -38,6 +38,9 @@ command_of() {  # the benchmark's command line, by name
       echo "-m pytest tests/test_cudnn_gpu.py -q -p no:cacheprovider" ;;
     step_profile)
       echo "benchmarks/step_profile.py --shape large --implementation cudnn --dtype bfloat16" ;;
+    sweep_throughput)  # the papers' table at its own shape
+      echo "benchmarks/sweep_throughput.py configs/sweeps/randomized_pe_table.py" \
+           "--members 1,8,32,128" ;;
     torch_reference)  # PyTorch and x-transformers where they are installed
       echo "benchmarks/torch_reference.py --shapes large --dtype bfloat16 --compile" ;;
     train_speed | attention_kernels | ensemble_speed | bias_memory | scheme_cost | eval_memory \

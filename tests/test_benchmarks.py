@@ -282,6 +282,10 @@ def test_step_profile_attributes_a_cpu_ensemble_step_to_the_models_parts():
      "error: --implementations flash: choose from xla,cudnn"),
     (("ensemble_speed.py", "--members", "0"),
      "error: --members 0: give positive counts, e.g. 1,4,8"),
+    (("sweep_throughput.py", "configs/sweeps/demo.py", "--members", "0"),
+     "error: --members 0: give positive counts, e.g. 1,8,32"),
+    (("sweep_throughput.py", "configs/sweeps/demo.py", "--point", "pe.type=nope"),
+     "error: --point pe.type=nope: no such grid point; the sweep has 4, e.g. pe.type=none, "),
     (("ensemble_speed.py", "--config", "configs/randomized_pe_benchmark.py",
       "--steps-per-call", "10"),
      "error: train.steps_per_call=10 is invalid: needs training batches of one shape, but "
@@ -335,6 +339,43 @@ def test_run_all_passes_a_benchmarks_own_arguments_stops_it_at_the_limit_and_bun
                           env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stderr == "error: LIMIT_S=2m: give whole seconds per benchmark (0: no limit)\n"
+
+
+def table_rows(out: str, header: str) -> list[list[str]]:
+    """The cells of the markdown table under the line starting with ``header``."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("| "):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def test_sweep_throughput_measures_each_member_count_and_projects_the_sweep(tmp_path):
+    from sweep_files import write_sweep
+
+    sweep_file = write_sweep(tmp_path / "s.py", seeds="(0, 1)", **{"train.steps": 30})
+    out = run_script("benchmarks/sweep_throughput.py", str(sweep_file), "--members", "1,3",
+                     "--steps", "2")
+    assert "4 grid points, 8 runs of 30 steps; measured point pe.type=rope,train_lengths=" in out
+    measured = table_rows(out, "| members per program")
+    assert [row[0] for row in measured] == ["1", "2", "3"]  # the point's own 2 members added
+    rate = {int(row[0]): float(row[2].replace(",", "")) for row in measured}
+    for members, row in rate.items():  # model-steps/s is members over the step time
+        step_ms = float(next(r[1] for r in measured if r[0] == str(members)))
+        assert row == pytest.approx(members / step_ms * 1e3, rel=0.02)
+    projected = table_rows(out, "| grouping")
+    assert [row[0] for row in projected] == [
+        "one program per run", "one per grid point (pe-research sweep)",
+        f"stacked, {max(rate, key=rate.get)} per program"]
+    assert [row[1] for row in projected] == ["8", "4", str(-(-8 // max(rate, key=rate.get)))]
+    for row, members in zip(projected, (1, 2, max(rate, key=rate.get)), strict=True):
+        training, evaluation, total = (float(cell) for cell in row[2:])
+        assert training == pytest.approx(8 * 30 / rate[members] / 3600, rel=0.02)
+        assert total == pytest.approx(training + evaluation, rel=0.02)
+        assert evaluation > 0
 
 
 @pytest.mark.slow

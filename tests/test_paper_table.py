@@ -9,7 +9,12 @@ import numpy as np
 import pytest
 
 from pe_research.config import base_config, to_dict
-from pe_research.evaluation.paper_table import chomsky_class, write_paper_table
+from pe_research.evaluation.paper_table import (
+    Cell,
+    chomsky_class,
+    versus_plain,
+    write_paper_table,
+)
 
 METRIC = "output_token_accuracy"
 
@@ -52,6 +57,10 @@ def test_cells_are_max_and_mean_over_seeds_of_the_test_lengths(tmp_path):
     assert table.index("| R | parity_check") < table.index("| DCF | reverse_string")
     assert "| class | task | rope | rope randomized |" in table
     assert "**70.0** (55.0 ± 21.2, n=2; in-dist 99.0)" in table
+    assert plain["per_seed"] == "0.4 0.7" and plain["vs_plain"] == ""
+    # One randomized seed at 0.9 is above both plain seeds (0.4, 0.7): every seed separates.
+    assert cells[("reverse_string", "rope randomized")]["vs_plain"] == "above"
+    assert "**90.0** (90.0 ± n/a, n=1; in-dist 99.0) above |" in table
     assert "uniform over every test length (5-7), as the papers average" in table
     assert plain["dense_grid"] and plain["uniform_mean"] == pytest.approx(0.55)
     assert paths["png"].stat().st_size > 0
@@ -75,3 +84,18 @@ def test_a_sparse_test_grid_is_named_and_given_its_uniform_average(tmp_path):
     table = paths["markdown"].read_text()
     assert "a sparse grid (5, 7, 11), not the papers' uniform average" in table
     assert "**50.0** (50.0 ± 0.0, n=2; uniform 44.3; in-dist 99.0)" in table
+
+
+def test_a_randomized_cell_is_ordered_against_its_plain_one_only_where_every_seed_separates():
+    def cell(*values):
+        return Cell(values, max(values), float(np.mean(values)), 0.0, 0.0, 1.0, True)
+
+    plain = cell(0.4, 0.6)
+    for randomized, verdict in (((0.61, 0.9), "above"), ((0.1, 0.39), "below"),
+                                ((0.5, 0.9), "level"), ((0.3, 0.45), "level")):
+        cells = {("t", "rope"): plain, ("t", "rope randomized"): cell(*randomized)}
+        assert versus_plain(cells, "t", "rope randomized") == verdict
+        flipped = {"above": "below", "below": "above", "level": "level"}[verdict]
+        assert versus_plain(cells, "t", "rope randomized", higher_is_better=False) == flipped
+    assert versus_plain(cells, "t", "rope") == ""  # a plain cell has nothing to be against
+    assert versus_plain({("t", "rope randomized"): plain}, "t", "rope randomized") == ""

@@ -6,7 +6,9 @@ maximum): the best seed (max, the randomized-PE and Chomsky-hierarchy papers' ch
 mean ± std (ddof=1) over seeds beside it, and the in-distribution score (mean over seeds) so an
 undertrained cell shows. The papers average uniformly over every test length; where the runs
 were evaluated on a sparse grid the table says so and adds the uniform average interpolated
-between evaluated lengths (``group_summary.uniform_mean``). Rows are the tasks grouped R
+between evaluated lengths (``group_summary.uniform_mean``). A randomized cell is marked above
+(or below) its plain scheme only where every seed of one beats every seed of the other; else
+the two are level. Rows are the tasks grouped R
 (regular), DCF (deterministic context-free), CS (context-sensitive), then any other task;
 written as markdown, CSV and a heatmap of the best seeds.
 """
@@ -65,6 +67,22 @@ def test_score(curve: RunCurve, metric_name: str) -> float:
     metric = get_metric(metric_name)
     beyond = curve.lengths > curve.train_lengths[1]
     return metric.over_lengths(curve.values[beyond])
+
+
+def versus_plain(cells: dict[tuple[str, str], Cell], task: str, column: str,
+                 higher_is_better: bool = True) -> str:
+    """``above``, ``below`` or ``level``: a randomized cell against its plain scheme's, by
+    whether every seed of one beats every seed of the other; ``""`` for a plain cell or one
+    without its plain counterpart."""
+    plain_column = column.removesuffix(" randomized")
+    if plain_column == column or (task, plain_column) not in cells:
+        return ""
+    randomized, plain = cells[(task, column)].values, cells[(task, plain_column)].values
+    if min(randomized) > max(plain):
+        return "above" if higher_is_better else "below"
+    if max(randomized) < min(plain):
+        return "below" if higher_is_better else "above"
+    return "level"
 
 
 def build_cells(curves: Sequence[RunCurve], metric_name: str,
@@ -129,7 +147,8 @@ def write_paper_table(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
              "(std ddof=1) and the number of seeds"
              + (", the uniform average (mean over seeds)" if sparse else "")
              + ", and the in-distribution score (mean over seeds, over the training lengths; "
-             "a low one marks an undertrained cell). "
+             "a low one marks an undertrained cell). A randomized cell says 'above' or 'below' "
+             "its plain scheme where every seed of one beats every seed of the other. "
              f"Averaging over lengths: {averaging}. Metric: `{metric}`, from "
              f"`eval/{eval_name}.json`.", "",
              "| class | task | " + " | ".join(columns) + " |",
@@ -141,22 +160,31 @@ def write_paper_table(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
             row.append("-" if cell is None else f"**{show(cell.best)}** ({show(cell.mean)} ± "
                        f"{show(cell.std)}, n={len(cell.values)}"
                        + (f"; uniform {show(cell.uniform)}" if sparse else "")
-                       + f"; in-dist {show(cell.in_dist)})")
+                       + f"; in-dist {show(cell.in_dist)})"
+                       + _marked(versus_plain(cells, task, column,
+                                              definition.higher_is_better)))
         lines.append(f"| {chomsky_class(task)} | {task} | " + " | ".join(row) + " |")
     atomic_write_text(paths["markdown"], "\n".join(lines) + "\n")
     with atomic_open(paths["csv"], newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["class", "task", "column", f"{best}", "mean", "std", "seeds",
-                         "uniform_mean", "dense_grid", "in_dist_mean"])
+                         "uniform_mean", "dense_grid", "in_dist_mean", "per_seed",
+                         "vs_plain"])
         for task in tasks:
             for column in columns:
                 if (task, column) in cells:
                     cell = cells[(task, column)]
                     writer.writerow([chomsky_class(task), task, column, cell.best, cell.mean,
                                      cell.std, len(cell.values), cell.uniform, cell.dense,
-                                     cell.in_dist])
+                                     cell.in_dist, " ".join(f"{v:.6g}" for v in cell.values),
+                                     versus_plain(cells, task, column,
+                                                  definition.higher_is_better)])
     plot_heatmap(cells, tasks, columns, definition, paths["png"])
     return paths
+
+
+def _marked(verdict: str) -> str:
+    return f" {verdict}" if verdict in ("above", "below") else ""
 
 
 def plot_heatmap(cells, tasks: list[str], columns: list[str], definition, path: Path) -> None:

@@ -1,0 +1,144 @@
+"""Sweep throughput: model-steps/s at M members per program, and a sweep's projected wall time.
+
+    python benchmarks/sweep_throughput.py configs/sweeps/randomized_pe_table.py
+    python benchmarks/sweep_throughput.py FILE --members 1,8,32,128 --steps 10
+    python benchmarks/sweep_throughput.py FILE --point 'task.name=parity_check,...'  # another point
+    python benchmarks/sweep_throughput.py FILE --config.model.d_model=16   # any config override
+
+For one grid point of a sweep file (the first, or ``--point``): the ensemble train step at each
+member count M (members differing in seed, as ``pe-research sweep`` stacks them), timed over
+``--steps`` steps after warm-up, as ms/step and model-steps/s (M / step time); and one
+evaluation of one member at the point's eval lengths, compilation included (an untrained model
+decodes to the longest length, so this bounds a trained model's time from above).
+
+Projected for the whole sweep on this device, taking every grid point to cost what the measured
+one does, training (``train.steps`` per run) and evaluation (runs x one evaluation):
+
+- one program per run (M = 1);
+- as ``pe-research sweep`` groups runs: one program per grid point, of its members;
+- stacked at the measured M with the most model-steps/s, a bound for grids whose points share
+  the model's shapes (stacking members that differ in more than seed and learning rate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+
+import jax
+from flax import nnx
+from step_timing import as_called, ensemble_train_state, groups, memory_gb, run, timed
+
+from pe_research import data
+from pe_research.config import collect_overrides, from_mapping
+from pe_research.config.validate import steps_per_call
+from pe_research.core.errors import UsageError
+from pe_research.evaluation.range_eval import RangeEvaluator, default_lengths
+from pe_research.model import build_model
+from pe_research.runtime import data_mesh
+from pe_research.sweeps.spec import Point, load_sweep
+from pe_research.tasks import get_task
+
+
+def chosen_point(points: Sequence[Point], name: str | None) -> Point:
+    """The grid point named ``name``, or the first; a one-line error lists a few names."""
+    if name is None:
+        return points[0]
+    for point in points:
+        if point.name == name:
+            return point
+    shown = ", ".join(point.name for point in points[:5])
+    raise UsageError(f"--point {name}: no such grid point; the sweep has {len(points)}, "
+                     f"e.g. {shown}")
+
+
+def member_counts(text: str) -> list[int]:
+    """``"1,8,32"`` -> ``[1, 8, 32]``; one line for anything but positive counts."""
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise UsageError(f"--members {text}: give positive counts, e.g. 1,8,32")
+    return sorted(set(counts))
+
+
+def step_seconds(config, members: int, steps: int) -> tuple[float, float]:
+    """(compile seconds, median seconds per step) of ``members`` stacked seeds of ``config``."""
+    per_call = steps_per_call(config, get_task(config.task.to_dict(), config.data.to_dict()))
+    state, batches = ensemble_train_state(config, members, max(8, 2 * per_call))
+    return timed(as_called(state.train), state.train.leaves, groups(batches, per_call), steps,
+                 per_call=per_call)
+
+
+def eval_seconds(config) -> float:
+    """Wall seconds of one untrained member's evaluation at its eval lengths, compile included."""
+    task = get_task(config.task.to_dict(), config.data.to_dict())
+    graphdef, params, rest = nnx.split(build_model(config, task.vocabulary.size), nnx.Param, ...)
+    lengths = default_lengths(config)
+    with tempfile.TemporaryDirectory(prefix="sweep_throughput_") as cache:
+        dataset = data.eval_dataset(task, lengths, config.data.eval_samples, config.seed, cache)
+        evaluator = RangeEvaluator(config, graphdef, rest, data_mesh())
+        start = time.perf_counter()
+        evaluator(params, dataset, lengths, config.eval.batch_size, config.data.buckets)
+        return time.perf_counter() - start
+
+
+def hours(seconds: float) -> str:
+    """Seconds as hours, three significant digits (a tiny sweep's are fractions of one)."""
+    return f"{seconds / 3600:.3g}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweep_file", help="a sweep file, e.g. configs/sweeps/demo.py")
+    parser.add_argument("--members", default="1,8,32", help="member counts, comma-separated")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per block")
+    parser.add_argument("--point", default=None, help="the grid point to measure (its name)")
+    overrides, rest = collect_overrides(sys.argv[1:])
+    args = parser.parse_args(rest)
+    counts = member_counts(args.members)
+    plan = load_sweep(args.sweep_file, overrides)
+    point = chosen_point(plan.points, args.point)
+    config = from_mapping(copy.deepcopy(point.members[0].config))
+    grouped = len(point.members)
+    device = jax.devices()[0]
+    train_steps = int(config.train.steps)
+    print(f"device: {device.device_kind} x{jax.device_count()} ({jax.default_backend()}); "
+          f"sweep {args.sweep_file}: {len(plan.points)} grid points, {plan.runs} runs of "
+          f"{train_steps:,} steps; measured point {point.name} ({grouped} members)")
+
+    rate = {}
+    print("| members per program | ms/step | model-steps/s | compile (s) | peak mem (GB) |")
+    print("|---:|---:|---:|---:|---:|")
+    for members in sorted({*counts, grouped}):
+        compile_s, step_s = step_seconds(config, members, args.steps)
+        rate[members] = members / step_s
+        memory = memory_gb(device)
+        print(f"| {members} | {step_s * 1e3:.2f} | {rate[members]:,.1f} | {compile_s:.1f} | "
+              f"{'-' if memory is None else f'{memory:.2f}'} |", flush=True)
+    evaluation = eval_seconds(config)
+    print(f"one member's evaluation at {len(default_lengths(config))} lengths: "
+          f"{evaluation:.1f} s (untrained, compile included)")
+
+    model_steps = plan.runs * train_steps
+    eval_total = plan.runs * evaluation
+    best = max(rate, key=rate.get)
+    print(f"\nprojected for the whole sweep ({model_steps:,} model-steps), hours on this device:")
+    print("| grouping | programs | training | evaluation | total |")
+    print("|---|---:|---:|---:|---:|")
+    for label, members in (("one program per run", 1),
+                           ("one per grid point (pe-research sweep)", grouped),
+                           (f"stacked, {best} per program", best)):
+        training = model_steps / rate[members]
+        programs = -(-plan.runs // members)
+        print(f"| {label} | {programs:,} | {hours(training)} | {hours(eval_total)} | "
+              f"{hours(training + eval_total)} |")
+
+
+if __name__ == "__main__":
+    run(main)
