@@ -12,7 +12,10 @@ evaluation of one member at the point's eval lengths, compilation included (an u
 decodes to the longest length, so this bounds a trained model's time from above).
 
 Projected for the whole sweep on this device, taking every grid point to cost what the measured
-one does, training (``train.steps`` per run) and evaluation (runs x one evaluation):
+one does, training (``train.steps`` per run) and evaluation (runs x one evaluation). Training
+counts the compiled step alone: data generation, evaluations during training, checkpoints and
+each length bucket's compile come on top, so the projection is a lower bound
+(benchmarks/RESULTS.md compares one with a sweep's measured time):
 
 - one program per run (M = 1);
 - as ``pe-research sweep`` groups runs: one program per grid point, of its members;
@@ -128,7 +131,8 @@ def main() -> None:
     model_steps = plan.runs * train_steps
     eval_total = plan.runs * evaluation
     best = max(rate, key=rate.get)
-    print(f"\nprojected for the whole sweep ({model_steps:,} model-steps), hours on this device:")
+    print(f"\nprojected for the whole sweep ({model_steps:,} model-steps), hours on this device "
+          "(training: the compiled steps alone, a lower bound):")
     print("| grouping | programs | training | evaluation | total |")
     print("|---|---:|---:|---:|---:|")
     for label, members in (("one program per run", 1),

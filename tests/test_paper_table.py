@@ -12,6 +12,7 @@ from pe_research.config import base_config, to_dict
 from pe_research.evaluation.paper_table import (
     Cell,
     chomsky_class,
+    heatmap_title,
     versus_plain,
     write_paper_table,
 )
@@ -99,3 +100,12 @@ def test_a_randomized_cell_is_ordered_against_its_plain_one_only_where_every_see
         assert versus_plain(cells, "t", "rope randomized", higher_is_better=False) == flipped
     assert versus_plain(cells, "t", "rope") == ""  # a plain cell has nothing to be against
     assert versus_plain({("t", "rope randomized"): plain}, "t", "rope randomized") == ""
+
+
+def test_the_heatmap_title_names_the_metric_the_test_and_the_training_lengths():
+    from pe_research.model.metrics import get_metric
+
+    title = heatmap_title(get_metric("output_token_accuracy"), ["11-30", "12-30"], ["1-10"])
+    assert title.endswith("mean over the test lengths 11-30; 12-30 (trained on 1-10); best of "
+                          "the seeds")
+    assert title.startswith(get_metric("output_token_accuracy").label)

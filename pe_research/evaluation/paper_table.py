@@ -179,7 +179,10 @@ def write_paper_table(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
                                      cell.in_dist, " ".join(f"{v:.6g}" for v in cell.values),
                                      versus_plain(cells, task, column,
                                                   definition.higher_is_better)])
-    plot_heatmap(cells, tasks, columns, definition, paths["png"])
+    trained = sorted({lengths_text(list(range(c.train_lengths[0], c.train_lengths[1] + 1)))
+                      for c in curves})
+    plot_heatmap(cells, tasks, columns, heatmap_title(definition, grids, trained), definition,
+                 paths["png"])
     return paths
 
 
@@ -187,7 +190,14 @@ def _marked(verdict: str) -> str:
     return f" {verdict}" if verdict in ("above", "below") else ""
 
 
-def plot_heatmap(cells, tasks: list[str], columns: list[str], definition, path: Path) -> None:
+def heatmap_title(definition, test_grids: Sequence[str], trained: Sequence[str]) -> str:
+    """What the heatmap's cells are: metric, test lengths, training lengths, best seed."""
+    return (f"{definition.label}, mean over the test lengths {'; '.join(test_grids)} "
+            f"(trained on {'; '.join(trained)}); best of the seeds")
+
+
+def plot_heatmap(cells, tasks: list[str], columns: list[str], title: str, definition,
+                 path: Path) -> None:
     """Best-seed scores as a task x scheme heatmap, values written in the cells."""
     grid = np.full((len(tasks), len(columns)), np.nan)
     for i, task in enumerate(tasks):
@@ -208,7 +218,6 @@ def plot_heatmap(cells, tasks: list[str], columns: list[str], definition, path: 
                 axes.text(j, i, f"{grid[i, j] * scale:.0f}", ha="center", va="center",
                           color="white" if grid[i, j] * scale < 60 else "black", fontsize=8)
     figure.colorbar(image, ax=axes, label=f"best seed ({definition.unit})")
-    title = f"{definition.label}, mean over the lengths beyond training; best of the seeds"
     axes.set_title(textwrap.fill(title, width=int(7 * width)), fontsize=10)
     figure.tight_layout()
     atomic_savefig(figure, path)
