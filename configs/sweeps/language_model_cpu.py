@@ -5,7 +5,7 @@ character-level language models trained on windows of 64 characters of Python so
 standard library; first run `pe-research data stdlib --to data/python_stdlib.txt`) and scored
 by perplexity on held-out windows of 16 to 1,024 characters (configs/language_model.py: d_model
 128, 2 layers, 2,000 steps). The paper's four schemes (sinusoidal, rotary, T5's bias, ALiBi)
-plus NoPE and the later biases and gates (Kerple, FIRE, xPos, FoX), two seeds each. What it
+plus NoPE and the later biases and gates (Kerple, FIRE, xPos, FoX), three seeds each. What it
 showed is in docs/results.md.
 """
 
@@ -26,4 +26,4 @@ def get_config():
 
 
 def sweep():
-    return Sweep(grid=product({"model.pe.type": list(SCHEMES)}), seeds=(0, 1))
+    return Sweep(grid=product({"model.pe.type": list(SCHEMES)}), seeds=(0, 1, 2))

@@ -5,7 +5,7 @@ Extrapolation"): models trained to predict the end token (+EOS, ``train.predict_
 not (-EOS: the loss skips it), all evaluated with the end token forced at the true length
 (``eval.oracle_length``, metric ``oracle_exact_match``) as well as decoding freely. The paper
 reports -EOS well above +EOS at the oracle length on this split. A CPU-sized cut of
-configs/scan_length.py (2+2 layers, d_model 64), RoPE and sinusoidal positions, two seeds per
+configs/scan_length.py (2+2 layers, d_model 64), RoPE and sinusoidal positions, three seeds per
 point trained stacked, evaluated on the test split's lengths (24-48: scan_length.py's
 eval.lengths; the eval set holds only those). Needs the official files in data/scan
 (``pe-research data scan --to data/scan``); what it showed is in docs/results.md.
@@ -38,4 +38,4 @@ def get_config():
 
 def sweep():
     return Sweep(grid=product({"model.pe.type": ["rope", "sinusoidal"],
-                               "train.predict_eos": [True, False]}), seeds=(0, 1))
+                               "train.predict_eos": [True, False]}), seeds=(0, 1, 2))

@@ -6,7 +6,7 @@ scored on 16 to 1,024) with the schemes whose papers also measure language model
 perplexity on longer inputs and that sweep left out: DAPE over ALiBi and over Kerple (Zheng et
 al. 2024, trained short and tested up to 64x longer), CoPE (Golovneva et al. 2024, code and
 Wikitext), PoPE (Gopalakrishnan et al. 2025, zero-shot length extrapolation against RoPE), and
-the two learned relative schemes, Shaw's clipped distances and Transformer-XL's. Two seeds each;
+the two learned relative schemes, Shaw's clipped distances and Transformer-XL's. Three seeds each;
 what it showed is in docs/results.md.
 """
 
@@ -34,4 +34,4 @@ def get_config():
 
 
 def sweep():
-    return Sweep(grid=[dict(point) for point in GRID], seeds=(0, 1))
+    return Sweep(grid=[dict(point) for point in GRID], seeds=(0, 1, 2))
