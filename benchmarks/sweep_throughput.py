@@ -7,14 +7,15 @@
 
 For one grid point of a sweep file (the first, or ``--point``): the ensemble train step at each
 member count M (members differing in seed, as ``pe-research sweep`` stacks them), timed over
-``--steps`` steps after warm-up, as ms/step and model-steps/s (M / step time); and one
+``--steps`` steps after warm-up, and the host's time to draw the M members' batches for a step;
+model-steps/s is M over their sum, as the training loop runs them one after the other; and one
 evaluation of one member at the point's eval lengths, compilation included (an untrained model
 decodes to the longest length, so this bounds a trained model's time from above).
 
 Projected for the whole sweep on this device, taking every grid point to cost what the measured
 one does, training (``train.steps`` per run) and evaluation (runs x one evaluation). Training
-counts the compiled step alone: data generation, evaluations during training, checkpoints and
-each length bucket's compile come on top, so the projection is a lower bound
+counts the step and its batches: evaluations during training, checkpoints and each length
+bucket's compile come on top, so the projection is a lower bound
 (benchmarks/RESULTS.md compares one with a sweep's measured time):
 
 - one program per run (M = 1);
@@ -78,6 +79,17 @@ def step_seconds(config, members: int, steps: int) -> tuple[float, float]:
                  per_call=per_call)
 
 
+def data_seconds(config, members: int, steps: int) -> float:
+    """Host seconds per step to draw and stack ``members`` seeds' training batches, as the
+    training loop does before each step."""
+    task = get_task(config.task.to_dict(), config.data.to_dict())
+    start = time.perf_counter()
+    for step in range(steps):
+        data.stack_batches([data.train_batch(task, config.data, seed, step)
+                            for seed in range(members)])
+    return (time.perf_counter() - start) / steps
+
+
 def eval_seconds(config) -> float:
     """Wall seconds of one untrained member's evaluation at its eval lengths, compile included."""
     task = get_task(config.task.to_dict(), config.data.to_dict())
@@ -116,14 +128,16 @@ def main() -> None:
           f"{train_steps:,} steps; measured point {point.name} ({grouped} members)")
 
     rate = {}
-    print("| members per program | ms/step | model-steps/s | compile (s) | peak mem (GB) |")
-    print("|---:|---:|---:|---:|---:|")
+    print("| members per program | ms/step | data ms/step | model-steps/s | compile (s) "
+          "| peak mem (GB) |")
+    print("|---:|---:|---:|---:|---:|---:|")
     for members in sorted({*counts, grouped}):
         compile_s, step_s = step_seconds(config, members, args.steps)
-        rate[members] = members / step_s
+        batches_s = data_seconds(config, members, args.steps)
+        rate[members] = members / (step_s + batches_s)
         memory = memory_gb(device)
-        print(f"| {members} | {step_s * 1e3:.2f} | {rate[members]:,.1f} | {compile_s:.1f} | "
-              f"{'-' if memory is None else f'{memory:.2f}'} |", flush=True)
+        print(f"| {members} | {step_s * 1e3:.2f} | {batches_s * 1e3:.2f} | {rate[members]:,.1f} | "
+              f"{compile_s:.1f} | {'-' if memory is None else f'{memory:.2f}'} |", flush=True)
     evaluation = eval_seconds(config)
     print(f"one member's evaluation at {len(default_lengths(config))} lengths: "
           f"{evaluation:.1f} s (untrained, compile included)")
@@ -132,7 +146,7 @@ def main() -> None:
     eval_total = plan.runs * evaluation
     best = max(rate, key=rate.get)
     print(f"\nprojected for the whole sweep ({model_steps:,} model-steps), hours on this device "
-          "(training: the compiled steps alone, a lower bound):")
+          "(training: steps and their batches, a lower bound):")
     print("| grouping | programs | training | evaluation | total |")
     print("|---|---:|---:|---:|---:|")
     for label, members in (("one program per run", 1),

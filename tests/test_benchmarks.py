@@ -362,10 +362,12 @@ def test_sweep_throughput_measures_each_member_count_and_projects_the_sweep(tmp_
     assert "4 grid points, 8 runs of 30 steps; measured point pe.type=rope,train_lengths=" in out
     measured = table_rows(out, "| members per program")
     assert [row[0] for row in measured] == ["1", "2", "3"]  # the point's own 2 members added
-    rate = {int(row[0]): float(row[2].replace(",", "")) for row in measured}
-    for members, row in rate.items():  # model-steps/s is members over the step time
-        step_ms = float(next(r[1] for r in measured if r[0] == str(members)))
-        assert row == pytest.approx(members / step_ms * 1e3, rel=0.02)
+    rate = {int(row[0]): float(row[3].replace(",", "")) for row in measured}
+    for members, row in rate.items():  # members over the step's and its batches' time
+        step_ms, data_ms = (float(cell) for cell in next(
+            r[1:3] for r in measured if r[0] == str(members)))
+        assert data_ms > 0
+        assert row == pytest.approx(members / (step_ms + data_ms) * 1e3, rel=0.02)
     projected = table_rows(out, "| grouping")
     assert [row[0] for row in projected] == [
         "one program per run", "one per grid point (pe-research sweep)",
