@@ -16,6 +16,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from sweep_files import write_sweep
 
 pytestmark = pytest.mark.slow  # each test runs a benchmark script end to end
 
@@ -354,8 +355,6 @@ def table_rows(out: str, header: str) -> list[list[str]]:
 
 
 def test_sweep_throughput_measures_each_member_count_and_projects_the_sweep(tmp_path):
-    from sweep_files import write_sweep
-
     sweep_file = write_sweep(tmp_path / "s.py", seeds="(0, 1)", **{"train.steps": 30})
     out = run_script("benchmarks/sweep_throughput.py", str(sweep_file), "--members", "1,3",
                      "--steps", "2")

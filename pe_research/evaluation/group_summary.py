@@ -13,6 +13,7 @@ is not, so ``uniform_mean`` gives it beside, interpolating linearly between eval
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -41,6 +42,26 @@ def uniform_mean(lengths: Sequence[int], values: Any) -> float:
         return float("nan")
     every = np.arange(lengths[0], lengths[-1] + 1)
     return float(np.mean(np.interp(every, lengths, values)))
+
+
+@dataclasses.dataclass(frozen=True)
+class RunScores:
+    """One run's metric over its training lengths and beyond them (plain and uniform mean)."""
+
+    in_dist: float
+    beyond: float
+    uniform: float  # beyond, averaged uniformly over every length (``uniform_mean``)
+    dense: bool  # every length beyond training evaluated: ``beyond`` equals ``uniform``
+
+
+def run_scores(metric: Metric, lengths: np.ndarray, values: np.ndarray,
+               train_lengths: Sequence[int]) -> RunScores:
+    """A run's ``values`` ``[L]`` at ``lengths`` ``[L]`` scored inside and beyond
+    ``train_lengths`` (low, high)."""
+    low, high = train_lengths
+    inside, beyond = (lengths >= low) & (lengths <= high), lengths > high
+    return RunScores(metric.over_lengths(values[inside]), metric.over_lengths(values[beyond]),
+                     uniform_mean(lengths[beyond], values[beyond]), is_dense(lengths[beyond]))
 
 
 def averaging_text(lengths: Sequence[int]) -> str:
@@ -79,16 +100,15 @@ def summarize_group(group: Mapping[str, Any], threshold: float) -> dict[str, Any
     """
     metric: Metric = group["metric"]
     lengths, values = group["lengths"], group["values"]
-    in_dist, ood, uniform, trained, dense = [], [], [], [], True
+    scores, trained = [], []
     for run_values, member in zip(values, group["members"], strict=True):
         low, high = member.train_lengths
-        inside, beyond = (lengths >= low) & (lengths <= high), lengths > high
-        in_dist.append(metric.over_lengths(run_values[inside]))
-        ood.append(metric.over_lengths(run_values[beyond]))
-        uniform.append(uniform_mean(lengths[beyond], run_values[beyond]))
-        dense = dense and is_dense(lengths[beyond])
+        scores.append(run_scores(metric, lengths, run_values, (low, high)))
+        inside = (lengths >= low) & (lengths <= high)
         trained += [(float(value), member.config.get("seed"), int(length))
                     for length, value in zip(lengths[inside], run_values[inside], strict=True)]
+    in_dist, ood = [s.in_dist for s in scores], [s.beyond for s in scores]
+    uniform, dense = [s.uniform for s in scores], all(s.dense for s in scores)
     sign = 1 if metric.higher_is_better else -1  # worst: lowest accuracy, highest loss
     weakest = min(trained, key=lambda t: sign * t[0], default=None)
 

@@ -8,9 +8,9 @@ undertrained cell shows. The papers average uniformly over every test length; wh
 were evaluated on a sparse grid the table says so and adds the uniform average interpolated
 between evaluated lengths (``group_summary.uniform_mean``). A randomized cell is marked above
 (or below) its plain scheme only where every seed of one beats every seed of the other; else
-the two are level. Rows are the tasks grouped R
-(regular), DCF (deterministic context-free), CS (context-sensitive), then any other task;
-written as markdown, CSV and a heatmap of the best seeds.
+the two are level. Rows are the tasks grouped R (regular), DCF (deterministic context-free), CS
+(context-sensitive), then any other task; written as markdown, CSV and a heatmap of the best
+seeds.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from matplotlib.figure import Figure
 from pe_research.core.atomic_files import atomic_open, atomic_savefig, atomic_write_text
 from pe_research.core.errors import ConfigError
 from pe_research.evaluation.compare import RunCurve, load_curve
-from pe_research.evaluation.group_summary import is_dense, lengths_text, uniform_mean
+from pe_research.evaluation.group_summary import lengths_text, run_scores
 from pe_research.model.metrics import get_metric
 from pe_research.runs.run_dir import DEFAULT_EVAL_NAME
 from pe_research.tasks import TASKS
@@ -62,13 +62,6 @@ def column_of(curve: RunCurve) -> str:
     return f"{pe['type']}{' randomized' if randomized else ''}"
 
 
-def test_score(curve: RunCurve, metric_name: str) -> float:
-    """The metric averaged over the evaluated lengths beyond the training range."""
-    metric = get_metric(metric_name)
-    beyond = curve.lengths > curve.train_lengths[1]
-    return metric.over_lengths(curve.values[beyond])
-
-
 def versus_plain(cells: dict[tuple[str, str], Cell], task: str, column: str,
                  higher_is_better: bool = True) -> str:
     """``above``, ``below`` or ``level``: a randomized cell against its plain scheme's, by
@@ -94,18 +87,13 @@ def build_cells(curves: Sequence[RunCurve], metric_name: str,
         grouped.setdefault((curve.config["task"]["name"], column_of(curve)), []).append(curve)
     cells = {}
     for key, members in grouped.items():
-        array = np.asarray([test_score(curve, metric_name) for curve in members], float)
+        scores = [run_scores(metric, c.lengths, c.values, c.train_lengths) for c in members]
+        array = np.asarray([s.beyond for s in scores], float)
         std = float(np.std(array, ddof=1)) if len(members) > 1 else float("nan")
-        beyond = [curve.lengths > curve.train_lengths[1] for curve in members]
-        inside = [(curve.lengths >= curve.train_lengths[0])
-                  & (curve.lengths <= curve.train_lengths[1]) for curve in members]
         cells[key] = Cell(
             tuple(float(v) for v in array), float(metric.best(array)), float(np.mean(array)),
-            std, float(np.mean([uniform_mean(c.lengths[b], c.values[b])
-                                for c, b in zip(members, beyond, strict=True)])),
-            float(np.mean([metric.over_lengths(c.values[i])
-                           for c, i in zip(members, inside, strict=True)])),
-            all(is_dense(c.lengths[b]) for c, b in zip(members, beyond, strict=True)))
+            std, float(np.mean([s.uniform for s in scores])),
+            float(np.mean([s.in_dist for s in scores])), all(s.dense for s in scores))
     return cells
 
 
@@ -153,6 +141,8 @@ def write_paper_table(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
              f"`eval/{eval_name}.json`.", "",
              "| class | task | " + " | ".join(columns) + " |",
              "|---|---|" + "---:|" * len(columns)]
+    verdicts = {(task, column): versus_plain(cells, task, column, definition.higher_is_better)
+                for task, column in cells}
     for task in tasks:
         row = []
         for column in columns:
@@ -161,8 +151,7 @@ def write_paper_table(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
                        f"{show(cell.std)}, n={len(cell.values)}"
                        + (f"; uniform {show(cell.uniform)}" if sparse else "")
                        + f"; in-dist {show(cell.in_dist)})"
-                       + _marked(versus_plain(cells, task, column,
-                                              definition.higher_is_better)))
+                       + _marked(verdicts[(task, column)]))
         lines.append(f"| {chomsky_class(task)} | {task} | " + " | ".join(row) + " |")
     atomic_write_text(paths["markdown"], "\n".join(lines) + "\n")
     with atomic_open(paths["csv"], newline="") as handle:
@@ -177,8 +166,7 @@ def write_paper_table(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
                     writer.writerow([chomsky_class(task), task, column, cell.best, cell.mean,
                                      cell.std, len(cell.values), cell.uniform, cell.dense,
                                      cell.in_dist, " ".join(f"{v:.6g}" for v in cell.values),
-                                     versus_plain(cells, task, column,
-                                                  definition.higher_is_better)])
+                                     verdicts[(task, column)]])
     trained = sorted({lengths_text(list(range(c.train_lengths[0], c.train_lengths[1] + 1)))
                       for c in curves})
     plot_heatmap(cells, tasks, columns, heatmap_title(definition, grids, trained), definition,
