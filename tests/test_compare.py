@@ -23,8 +23,8 @@ from pe_research.evaluation.compare import (
     eval_settings,
     legend_names,
     load_curve,
-    natural_key,
 )
+from pe_research.evaluation.grouping import natural_key
 from pe_research.evaluation.plots import mark_training_ranges, plot_comparison
 from pe_research.evaluation.range_eval import EvalResult, LengthResult
 from pe_research.evaluation.results import write_results

@@ -14,7 +14,7 @@ import dataclasses
 import json
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,13 @@ from pe_research.evaluation.group_summary import (
     markdown_table,
     summarize_group,
     summary_columns,
+)
+from pe_research.evaluation.grouping import (
+    config_value,
+    group_keys,
+    group_label,
+    has_key,
+    natural_key,
 )
 from pe_research.evaluation.plots import plot_comparison, save_figure
 from pe_research.evaluation.results import eval_settings, read_results
@@ -62,49 +69,6 @@ class RunCurve:
     def __post_init__(self) -> None:
         order = np.argsort(self.lengths, kind="stable")
         self.lengths, self.values = self.lengths[order], self.values[order]
-
-
-def config_value(config: Mapping[str, Any], dotted: str) -> Any:
-    """``config['a']['b']`` for ``'a.b'``; ConfigError naming the missing key."""
-    if not has_key(config, dotted):
-        raise ConfigError("--group-by", dotted, "a dotted key of config.json, e.g. "
-                          "model.pe.type, seed or model.pe.scaling.type")
-    node: Any = config
-    for part in dotted.split("."):
-        node = node[part]
-    return node
-
-
-def has_key(config: Mapping[str, Any], dotted: str) -> bool:
-    """Whether ``config`` holds the dotted key ``dotted``."""
-    node: Any = config
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return False
-        node = node[part]
-    return True
-
-
-def group_keys(group_by: str) -> list[str]:
-    """The comma-separated keys of ``group_by``, stripped."""
-    return [key.strip() for key in group_by.split(",") if key.strip()]
-
-
-def group_label(config: Mapping[str, Any], group_by: str) -> str:
-    """The group a run belongs to: the value of ``group_by``, or ``k=v, ...`` for several
-    comma-separated keys (``model.pe.type,model.pe.randomize.max_position``).
-
-    Of several keys, those this run's config lacks are left out of its label: a scheme's own
-    key (``model.pe.max_len``, learned positions only) then names only that scheme's runs.
-    """
-    keys = group_keys(group_by)
-    if len(keys) == 1:
-        return str(config_value(config, keys[0]))
-    labels = short_keys(keys)
-    present = [key for key in keys if has_key(config, key)]
-    if not present:
-        config_value(config, keys[0])  # raises, naming the key
-    return ", ".join(f"{labels[key]}={config_value(config, key)}" for key in present)
 
 
 def check_group_keys(curves: Sequence[RunCurve], group_by: str) -> None:
@@ -205,12 +169,6 @@ def check_compatible(curves: Sequence[RunCurve], allow_mixed: bool) -> None:
                     "--allow-mixed", False,
                     f"runs differ in {what}: {a} ({first.run_dir}) vs {b} ({curve.run_dir}); "
                     "their curves are not comparable; pass --allow-mixed to overlay them anyway")
-
-
-def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
-    """Sort key that orders the numbers inside names by value: max_position=128 before 1024."""
-    return tuple((0, int(part)) if part.isdigit() else (1, part)
-                 for part in re.split(r"(\d+)", name) if part)
 
 
 def aggregate(curves: Sequence[RunCurve], metric: str = HEADLINE) -> dict[str, dict[str, Any]]:

@@ -18,7 +18,8 @@ from typing import Any
 
 from pe_research.config.naming import value_name
 from pe_research.core.atomic_files import atomic_write_text
-from pe_research.evaluation.compare import compare_runs, config_value, has_key
+from pe_research.evaluation.compare import compare_runs
+from pe_research.evaluation.grouping import config_value, has_key
 from pe_research.evaluation.paper_table import write_paper_table
 from pe_research.evaluation.range_eval import evaluate_members
 from pe_research.evaluation.results import write_results
