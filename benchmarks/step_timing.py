@@ -23,6 +23,7 @@ from pe_research.model import build_model
 from pe_research.runtime import data_mesh, ensemble_mesh, member_batch_sharded, member_sharded
 from pe_research.tasks import get_task
 from pe_research.training.ensemble import stack
+from pe_research.training.padded_vocab import pad_to, widest
 from pe_research.training.step import initial_train_state, make_steps
 
 # Dense bf16 peak FLOP/s of known accelerators (for MFU); CPUs report FLOP/s only.
@@ -170,28 +171,34 @@ class TimedStep:
         return groups(self.batches, self.per_call)
 
 
-def ensemble_train_state(config, members: int, batch_count: int):
-    """``members`` copies of ``config`` with seeds 0..M-1 in one program, as ``pe-research
-    sweep`` trains them: (ensemble steps holding the ``[M, ...]`` state, member-stacked
-    batches, each member's own, sharded over the members' mesh)."""
-    task = get_task(config.task.to_dict(), config.data.to_dict())
-    vocab = task.vocabulary.size
-    mesh = ensemble_mesh(members)
-    configs = []
-    for seed in range(members):
-        member = copy.deepcopy(config)
-        member.seed = seed
-        configs.append(member)
-    split = [nnx.split(build_model(c, vocab), nnx.Param, ...) for c in configs]
-    steps = make_steps(split[0][0], split[0][2], config.train, mesh, list(range(members)),
-                       ensemble=True)
-    member_params = [params for _, params, _ in split]
+def ensemble_train_state(config, members: int, batch_count: int, configs=None):
+    """``members`` copies of ``config`` with seeds 0..M-1 (or the members ``configs``, e.g. of
+    several tasks) in one program, as ``pe-research sweep`` trains them: (ensemble steps holding
+    the ``[M, ...]`` state, member-stacked batches, each member's own, sharded over the members'
+    mesh). Members of narrower vocabularies are padded to the widest, as in training."""
+    if configs is None:
+        configs = []
+        for seed in range(members):
+            member = copy.deepcopy(config)
+            member.seed = seed
+            configs.append(member)
+    tasks = [get_task(c.task.to_dict(), c.data.to_dict()) for c in configs]
+    vocabs = [task.vocabulary.size for task in tasks]
+    mesh = ensemble_mesh(len(configs))
+    split = [nnx.split(build_model(c, v), nnx.Param, ...)
+             for c, v in zip(configs, vocabs, strict=True)]
+    wide = widest(vocabs)
+    steps = make_steps(split[wide][0], split[wide][2], configs[wide].train, mesh,
+                       [c.seed for c in configs], ensemble=True,
+                       vocab_sizes=vocabs if len(set(vocabs)) > 1 else None)
+    member_params = [pad_to(params, split[wide][1]) for _, params, _ in split]
     params = jax.device_put(stack(member_params), member_sharded(mesh))
     opt_state = jax.device_put(stack([steps.optimizer.init(p) for p in member_params]),
                                member_sharded(mesh))
     steps.train.hold(params, opt_state)
     batches = [jax.device_put(data.stack_batches(
-        [data.train_batch(task, c.data, c.seed, i) for c in configs]),
+        [data.train_batch(task, c.data, c.seed, i)
+         for task, c in zip(tasks, configs, strict=True)]),
         member_batch_sharded(mesh)) for i in range(batch_count)]
     return steps, batches
 

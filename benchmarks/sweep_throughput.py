@@ -4,13 +4,17 @@
     python benchmarks/sweep_throughput.py FILE --members 1,8,32,128 --steps 10
     python benchmarks/sweep_throughput.py FILE --point 'task.name=parity_check,...'  # another point
     python benchmarks/sweep_throughput.py FILE --config.model.d_model=16   # any config override
+    python benchmarks/sweep_throughput.py FILE --stack points   # members of several tasks
 
 For one grid point of a sweep file (the first, or ``--point``): the ensemble train step at each
-member count M (members differing in seed, as ``pe-research sweep`` stacks them), timed over
+member count M, timed over
 ``--steps`` steps after warm-up, and the host's time to draw the M members' batches for a step;
 model-steps/s is M over their sum, as the training loop runs them one after the other; and one
 evaluation of one member at the point's eval lengths, compilation included (an untrained model
-decodes to the longest length, so this bounds a trained model's time from above).
+decodes to the longest length, so this bounds a trained model's time from above). Members
+differ in seed (``--stack seeds``: one grid point's members, as ``pe-research sweep`` stacks
+them by default), or are drawn in turn from every grid point that stacks with the measured one
+(``--stack points``: tasks of several vocabularies, as ``--members-per-program`` stacks them).
 
 Projected for the whole sweep on this device, taking every grid point to cost what the measured
 one does, training (``train.steps`` per run) and evaluation (runs x one evaluation). Training
@@ -20,8 +24,9 @@ bucket's compile come on top, so the projection is a lower bound
 
 - one program per run (M = 1);
 - as ``pe-research sweep`` groups runs: one program per grid point, of its members;
-- stacked at the measured M with the most model-steps/s, a bound for grids whose points share
-  the model's shapes (stacking members that differ in more than seed and learning rate).
+- stacked at the measured M with the most model-steps/s: as ``--members-per-program M``
+  groups the sweep's grid points (``sweeps/grouping.py``), counting its programs, and timed at
+  that M (with ``--stack points``, on members of several tasks).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 from flax import nnx
@@ -39,12 +45,14 @@ from step_timing import as_called, ensemble_train_state, groups, memory_gb, run,
 
 from pe_research import data
 from pe_research.config import collect_overrides, from_mapping
+from pe_research.config.stacking import program_key
 from pe_research.config.validate import steps_per_call
 from pe_research.core.errors import UsageError
 from pe_research.evaluation.range_eval import RangeEvaluator, default_lengths
 from pe_research.model import build_model
 from pe_research.runtime import data_mesh
-from pe_research.sweeps.spec import Point, load_sweep
+from pe_research.sweeps.grouping import group_points
+from pe_research.sweeps.spec import Point, SweepPlan, load_sweep
 from pe_research.tasks import get_task
 
 
@@ -71,22 +79,41 @@ def member_counts(text: str) -> list[int]:
     return sorted(set(counts))
 
 
-def step_seconds(config, members: int, steps: int) -> tuple[float, float]:
-    """(compile seconds, median seconds per step) of ``members`` stacked seeds of ``config``."""
-    per_call = steps_per_call(config, get_task(config.task.to_dict(), config.data.to_dict()))
-    state, batches = ensemble_train_state(config, members, max(8, 2 * per_call))
+def member_configs(plan: SweepPlan, point: Point, members: int, stack: str) -> list[Any]:
+    """``members`` configs of one program: ``point``'s config with seeds 0..M-1 (``seeds``), or
+    (``points``) the members of every grid point that stacks with ``point``, in turn."""
+    if stack == "seeds":
+        configs = [from_mapping(copy.deepcopy(point.members[0].config)) for _ in range(members)]
+        for seed, config in enumerate(configs):
+            config.seed = seed
+        return configs
+    key = program_key(point.members[0].config)
+    pool = [member.config for other in plan.points for member in other.members
+            if program_key(other.members[0].config) == key]
+    configs = [from_mapping(copy.deepcopy(pool[k % len(pool)])) for k in range(members)]
+    for k, config in enumerate(configs):  # beyond the pool, further seeds of the same runs
+        config.seed = int(config.seed) + 1_000 * (k // len(pool))
+    return configs
+
+
+def step_seconds(configs: Sequence[Any], steps: int) -> tuple[float, float]:
+    """(compile seconds, median seconds per step) of the members ``configs`` stacked."""
+    per_call = min(steps_per_call(c, get_task(c.task.to_dict(), c.data.to_dict()))
+                   for c in configs)
+    state, batches = ensemble_train_state(None, len(configs), max(8, 2 * per_call),
+                                          configs=configs)
     return timed(as_called(state.train), state.train.leaves, groups(batches, per_call), steps,
                  per_call=per_call)
 
 
-def data_seconds(config, members: int, steps: int) -> float:
-    """Host seconds per step to draw and stack ``members`` seeds' training batches, as the
-    training loop does before each step."""
-    task = get_task(config.task.to_dict(), config.data.to_dict())
+def data_seconds(configs: Sequence[Any], steps: int) -> float:
+    """Host seconds per step to draw and stack the members' training batches, as the training
+    loop does before each step."""
+    tasks = [get_task(c.task.to_dict(), c.data.to_dict()) for c in configs]
     start = time.perf_counter()
     for step in range(steps):
-        data.stack_batches([data.train_batch(task, config.data, seed, step)
-                            for seed in range(members)])
+        data.stack_batches([data.train_batch(task, c.data, c.seed, step)
+                            for task, c in zip(tasks, configs, strict=True)])
     return (time.perf_counter() - start) / steps
 
 
@@ -114,6 +141,9 @@ def main() -> None:
     parser.add_argument("--members", default="1,8,32", help="member counts, comma-separated")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per block")
     parser.add_argument("--point", default=None, help="the grid point to measure (its name)")
+    parser.add_argument("--stack", default="seeds", choices=("seeds", "points"),
+                        help="members differ in seed (one grid point's), or come from every "
+                             "grid point that stacks with it (several tasks)")
     overrides, rest = collect_overrides(sys.argv[1:])
     args = parser.parse_args(rest)
     counts = member_counts(args.members)
@@ -123,17 +153,23 @@ def main() -> None:
     grouped = len(point.members)
     device = jax.devices()[0]
     train_steps = int(config.train.steps)
+    stackable = [p for p in plan.points if program_key(p.members[0].config)
+                 == program_key(point.members[0].config)]
+    tasks = sorted({p.members[0].config["task"]["name"] for p in stackable})
     print(f"device: {device.device_kind} x{jax.device_count()} ({jax.default_backend()}); "
           f"sweep {args.sweep_file}: {len(plan.points)} grid points, {plan.runs} runs of "
-          f"{train_steps:,} steps; measured point {point.name} ({grouped} members)")
+          f"{train_steps:,} steps; measured point {point.name} ({grouped} members); members "
+          + ("differ in seed" if args.stack == "seeds" else
+             f"from the {len(stackable)} grid points that stack with it ({len(tasks)} tasks)"))
 
     rate = {}
     print("| members per program | ms/step | data ms/step | model-steps/s | compile (s) "
           "| peak mem (GB) |")
     print("|---:|---:|---:|---:|---:|---:|")
     for members in sorted({*counts, grouped}):
-        compile_s, step_s = step_seconds(config, members, args.steps)
-        batches_s = data_seconds(config, members, args.steps)
+        configs = member_configs(plan, point, members, args.stack)
+        compile_s, step_s = step_seconds(configs, args.steps)
+        batches_s = data_seconds(configs, args.steps)
         rate[members] = members / (step_s + batches_s)
         memory = memory_gb(device)
         print(f"| {members} | {step_s * 1e3:.2f} | {batches_s * 1e3:.2f} | {rate[members]:,.1f} | "
@@ -149,11 +185,13 @@ def main() -> None:
           "(training: steps and their batches, a lower bound):")
     print("| grouping | programs | training | evaluation | total |")
     print("|---|---:|---:|---:|---:|")
-    for label, members in (("one program per run", 1),
-                           ("one per grid point (pe-research sweep)", grouped),
-                           (f"stacked, {best} per program", best)):
+    everything = [p.index for p in plan.points]
+    for label, members, programs in (
+            ("one program per run", 1, plan.runs),
+            ("one per grid point (pe-research sweep)", grouped, len(plan.points)),
+            (f"--members-per-program {best}", best,
+             len(group_points(plan.points, everything, best)))):
         training = model_steps / rate[members]
-        programs = -(-plan.runs // members)
         print(f"| {label} | {programs:,} | {hours(training)} | {hours(eval_total)} | "
               f"{hours(training + eval_total)} |")
 

@@ -17,8 +17,10 @@ from pe_research.runs.restore import load_run
 GRID = 'product({"model.pe.type": ["rope", "alibi"], "data.train_lengths": [(1, 6), (1, 8)]})'
 
 
-def write_sweep(path: Path, grid: str = GRID, seeds: str = "(0, 1)", **changes) -> Path:
-    """A sweep file over the tiny config (W&B off), ``grid`` and ``seeds`` as Python text."""
+def write_sweep(path: Path, grid: str = GRID, seeds: str = "(0, 1)",
+                members_per_program: str = "'point'", **changes) -> Path:
+    """A sweep file over the tiny config (W&B off), ``grid``, ``seeds`` and
+    ``members_per_program`` as Python text."""
     overrides = tiny_overrides(**{"wandb.mode": "disabled", "train.steps": 20, **changes})
     path.write_text(f'''"""pe-research sweep {path.name} --workdir DIR"""
 from pe_research.config import load_config
@@ -30,7 +32,7 @@ def get_config():
 
 
 def sweep():
-    return Sweep(grid={grid}, seeds={seeds})
+    return Sweep(grid={grid}, seeds={seeds}, members_per_program={members_per_program})
 ''')
     return path
 

@@ -355,26 +355,34 @@ def table_rows(out: str, header: str) -> list[list[str]]:
 
 
 def test_sweep_throughput_measures_each_member_count_and_projects_the_sweep(tmp_path):
-    sweep_file = write_sweep(tmp_path / "s.py", seeds="(0, 1)", **{"train.steps": 30})
-    out = run_script("benchmarks/sweep_throughput.py", str(sweep_file), "--members", "1,3",
-                     "--steps", "2")
-    assert "4 grid points, 8 runs of 30 steps; measured point pe.type=rope,train_lengths=" in out
+    """Members drawn from the grid points that stack (two training-length ranges of RoPE,
+    one of which has a task of another vocabulary)."""
+    grid = ('[{"model.pe.type": "rope", "data.train_lengths": (1, 6)}, '
+            '{"model.pe.type": "rope", "task.name": "copy"}, {"model.pe.type": "alibi"}]')
+    sweep_file = write_sweep(tmp_path / "s.py", grid=grid, seeds="(0, 1)",
+                             **{"train.steps": 30})
+    out = run_script("benchmarks/sweep_throughput.py", str(sweep_file), "--members", "1,4",
+                     "--steps", "2", "--stack", "points")
+    assert ("3 grid points, 6 runs of 30 steps; measured point pe.type=rope,train_lengths=1-6"
+            " (2 members); members from the 2 grid points that stack with it (2 tasks)") in out
     measured = table_rows(out, "| members per program")
-    assert [row[0] for row in measured] == ["1", "2", "3"]  # the point's own 2 members added
+    assert [row[0] for row in measured] == ["1", "2", "4"]  # the point's own 2 members added
     rate = {int(row[0]): float(row[3].replace(",", "")) for row in measured}
     for members, row in rate.items():  # members over the step's and its batches' time
         step_ms, data_ms = (float(cell) for cell in next(
             r[1:3] for r in measured if r[0] == str(members)))
         assert data_ms > 0
         assert row == pytest.approx(members / (step_ms + data_ms) * 1e3, rel=0.02)
+    best = max(rate, key=rate.get)
     projected = table_rows(out, "| grouping")
     assert [row[0] for row in projected] == [
         "one program per run", "one per grid point (pe-research sweep)",
-        f"stacked, {max(rate, key=rate.get)} per program"]
-    assert [row[1] for row in projected] == ["8", "4", str(-(-8 // max(rate, key=rate.get)))]
-    for row, members in zip(projected, (1, 2, max(rate, key=rate.get)), strict=True):
+        f"--members-per-program {best}"]
+    # Grouped: the two RoPE points share a program once it holds their 4 members, never ALiBi.
+    assert [row[1] for row in projected] == ["6", "3", "2" if best == 4 else "3"]
+    for row, members in zip(projected, (1, 2, best), strict=True):
         training, evaluation, total = (float(cell) for cell in row[2:])
-        assert training == pytest.approx(8 * 30 / rate[members] / 3600, rel=0.02)
+        assert training == pytest.approx(6 * 30 / rate[members] / 3600, rel=0.02)
         assert total == pytest.approx(training + evaluation, rel=0.02)
         assert evaluation > 0
 

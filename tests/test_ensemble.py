@@ -1,4 +1,5 @@
-"""Ensembles: member k of a stacked run equals an independent run with seed k."""
+"""Ensembles: member k of a stacked run equals an independent run of its own config (seed,
+learning rate, task)."""
 
 from __future__ import annotations
 
@@ -28,8 +29,13 @@ OVERRIDES = tiny_overrides(**{
     "model.pe.randomize.max_position": 64, "wandb.mode": "disabled"})
 
 
-def member_config(seed: int, learning_rate: float | None = None):
-    config = load_config(DEFAULT_CONFIG, OVERRIDES)
+# Tasks of 5, 8 and 13 tokens: the first two members train padded to the third's vocabulary.
+TASKS = ("reverse_string", "bucket_sort", "copy")
+
+
+def member_config(seed: int, learning_rate: float | None = None, task: str | None = None):
+    config = load_config(DEFAULT_CONFIG, OVERRIDES if task is None else
+                         [*OVERRIDES, f"--config.task.name={task}"])
     config.seed = seed
     if learning_rate is not None:
         config.train.learning_rate = learning_rate
@@ -49,37 +55,70 @@ def eval_values(run_dir) -> list[float]:
     return [r["eval/loss"] for r in read_metrics(run_dir) if "eval/loss" in r]
 
 
+def assert_same_run(member, single) -> None:
+    """Parameters, logged losses and evaluation curves of two runs agree to rounding."""
+    for a, b in zip(params_of(member), params_of(single), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    member_losses, single_losses = losses(member), losses(single)
+    assert [s for s, _ in member_losses] == [s for s, _ in single_losses] == [4, 8, 12]
+    np.testing.assert_allclose([v for _, v in member_losses], [v for _, v in single_losses],
+                               rtol=1e-5)
+    assert len(eval_values(member)) == 2
+    np.testing.assert_allclose(eval_values(member), eval_values(single), rtol=1e-5)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("stacked_rates", [False, True], ids=["seeds", "seeds_and_rates"])
-def test_member_equals_independent_run(tmp_path, stacked_rates):
-    rates = RATES if stacked_rates else (None,) * len(SEEDS)
-    configs = [member_config(seed, rate) for seed, rate in zip(SEEDS, rates, strict=True)]
+def test_members_with_their_own_rates_equal_independent_runs(tmp_path):
+    configs = [member_config(seed, rate) for seed, rate in zip(SEEDS, RATES, strict=True)]
     members = [tmp_path / f"seed_{seed}" for seed in SEEDS]
     result = train_ensemble(configs, members)
     assert result.compilations <= 2  # two target buckets at most (lengths 1-8, buckets 8/16)
     assert not result.diverged
-    # The last member (its rate, when stacked, differs from the config's): its own seed, its
-    # own rate and its slice of the stacked state all have to line up with a run of its own.
-    last, single = members[-1], tmp_path / "single"
-    train(member_config(SEEDS[-1], rates[-1]), single)
-    for a, b in zip(params_of(last), params_of(single), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    member_losses, single_losses = losses(last), losses(single)
-    assert [s for s, _ in member_losses] == [s for s, _ in single_losses] == [4, 8, 12]
-    np.testing.assert_allclose([v for _, v in member_losses], [v for _, v in single_losses],
-                               rtol=1e-5)
-    np.testing.assert_allclose(eval_values(last), eval_values(single), rtol=1e-5)
+    # The last member (its rate differs from the config's): its own seed, its own rate and its
+    # slice of the stacked state all have to line up with a run of its own.
+    train(member_config(SEEDS[-1], RATES[-1]), tmp_path / "single")
+    assert_same_run(members[-1], tmp_path / "single")
     # Different seeds really give different members.
     assert not np.allclose(params_of(members[0])[0], params_of(members[1])[0])
 
 
-def test_members_may_differ_only_in_seed_and_learning_rate():
+@pytest.mark.slow
+def test_members_of_tasks_with_different_vocabularies_equal_independent_runs(tmp_path, capsys):
+    configs = [member_config(seed, task=task) for seed, task in enumerate(TASKS)]
+    members = [tmp_path / task for task in TASKS]
+    result = train_ensemble(configs, members)
+    assert "3 tasks (vocabularies padded to 13)" in capsys.readouterr().out
+    assert result.compilations <= 2 and not result.diverged
+    for seed, (task, member) in enumerate(zip(TASKS, members, strict=True)):
+        single = tmp_path / f"single_{task}"
+        train(member_config(seed, task=task), single)
+        assert_same_run(member, single)
+        saved = load_run(member, "latest")
+        assert saved.task.name == task  # an ordinary run directory of its own task and shapes
+        assert saved.model.embed.embedding.shape[0] == saved.task.vocabulary.size
+
+
+def test_members_may_differ_only_in_what_stacks():
     a, b = member_config(0), member_config(1)
     b.model.d_model = 32
     with pytest.raises(ConfigError, match="model.d_model"):
         check_members([a, b])
     with pytest.raises(ConfigError, match="distinct seeds"):
         check_members([member_config(0), member_config(0)])
+    check_members([member_config(0), member_config(0, task="copy")])  # tasks stack
+    longer = member_config(0)
+    longer.data.train_lengths = (1, 6)
+    check_members([member_config(0), longer])
+
+
+def test_members_whose_models_differ_in_shape_beyond_the_vocabulary_are_refused():
+    from pe_research.training.ensemble import member_shapes
+
+    wider = member_config(1)
+    wider.model.d_ff = 64
+    member_shapes([member_config(0), member_config(1, task="copy")], [5, 13])
+    with pytest.raises(ConfigError, match="parameter shapes differ"):
+        member_shapes([member_config(0), wider], [5, 5])
 
 
 def test_stacked_batches_are_padded_to_the_widest_member():

@@ -139,7 +139,7 @@ def test_a_submitit_job_is_requeued_after_its_time_limit_signal(tmp_path):
                                  grid='product({"model.pe.type": ["rope"]})', **changes)
         sweep_dir = SweepDir(tmp_path / name)
         write_plan(sweep_dir, load_sweep(sweep_file), f"sweep {name}", "submitit-local")
-        (job,) = submit(sweep_dir, [0], {}, "submitit-local", 1)
+        (job,) = submit(sweep_dir, [[0]], {}, "submitit-local", 1)
         if name == "signalled":
             metrics = sweep_dir.root / "pe.type=rope" / "seed_0" / "metrics.jsonl"
             wait_for(lambda path=metrics: path.is_file()

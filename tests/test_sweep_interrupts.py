@@ -1,5 +1,5 @@
 """Sweeps interrupted: a killed driver resumes where it stopped, SIGTERM stops its workers,
-a killed ensemble resumes bit-identically."""
+a killed program of stacked grid points resumes bit-identically."""
 
 from __future__ import annotations
 
@@ -93,27 +93,37 @@ def test_sigterm_to_the_driver_stops_its_workers(tmp_path):
 
 
 @pytest.mark.slow
-def test_killed_ensemble_resumes_bit_identically(tmp_path):
+def test_killed_program_of_three_tasks_resumes_bit_identically(tmp_path):
+    """Three grid points of tasks with 5, 8 and 13 tokens train stacked in one program; killed
+    with SIGKILL and rerun, every member ends bit for bit as in an uninterrupted sweep (and an
+    uninterrupted member equals its own run: tests/test_ensemble.py)."""
     changes = {"train.steps": 60, "train.checkpoint_every": 20, "train.log_every": 30,
                "train.eval_every": 0, "data.length_sampling": "mixed"}
-    sweep_file = write_sweep(tmp_path / "s.py", grid='[{"model.pe.type": "rope"}]',
-                             seeds="(0, 1, 2)", **changes)
+    grid = '[{"task.name": "reverse_string"}, {"task.name": "bucket_sort"}, {"task.name": "copy"}]'
+    sweep_file = write_sweep(tmp_path / "s.py", grid=grid, seeds="(0,)",
+                             members_per_program="'auto'", **changes)
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    subprocess.run(sweep_command(sweep_file, straight, "--no-report"), cwd=REPO, check=True,
-                   env=subprocess_env(), capture_output=True, timeout=600)
+    result = subprocess.run(sweep_command(sweep_file, straight, "--no-report"), cwd=REPO,
+                            check=True, env=subprocess_env(), capture_output=True, text=True,
+                            timeout=600)
+    assert "3 grid points to run in 1 programs of up to 8 members" in result.stdout
+    runs = sorted(manifest_states(straight))
+    assert len(runs) == 3
+    log = next((straight / "logs").iterdir()).read_text()
+    assert "ensemble of 3 members, 3 tasks (vocabularies padded to 13)" in log
     process = start_sweep(sweep_file, resumed)
-    member = resumed / "pe.type=rope" / "seed_2" / "checkpoints"
+    member = resumed / runs[-1] / "checkpoints"
     try:
         wait_for(lambda: member.exists() and any(p.name.isdigit() for p in member.iterdir()))
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
-    assert manifest_states(resumed)["pe.type=rope/seed_2"] in ("interrupted", "running")
+    assert manifest_states(resumed)[runs[-1]] in ("interrupted", "running")
     subprocess.run(sweep_command(sweep_file, resumed, "--no-report"), cwd=REPO, check=True,
                    env=subprocess_env(), capture_output=True, timeout=600)
-    for seed in (0, 1, 2):
-        a = straight / "pe.type=rope" / f"seed_{seed}"
-        b = resumed / "pe.type=rope" / f"seed_{seed}"
+    assert set(manifest_states(resumed).values()) == {"done"}
+    for run in runs:
+        a, b = straight / run, resumed / run
         for x, y in zip(run_params(a), run_params(b), strict=True):
             np.testing.assert_array_equal(x, y)
         losses = [[r.get("train/loss") for r in map(json.loads, RunDir(d).metrics.read_text()

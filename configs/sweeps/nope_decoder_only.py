@@ -56,4 +56,5 @@ def get_config():
 
 def sweep():
     return Sweep(grid=product({"task.name": list(TASKS), "model.pe.type": list(SCHEMES)}),
-                 seeds=(0, 1, 2), slurm={"gpus_per_job": 1, "time_min": 24 * 60})
+                 seeds=(0, 1, 2), slurm={"gpus_per_job": 1, "time_min": 24 * 60},
+                 members_per_program="auto")

@@ -41,4 +41,4 @@ def sweep():
         if "data.train_lengths" in point:
             shortest = point["data.train_lengths"][0]
             point["eval.lengths"] = tuple(range(shortest, LONGEST_EVALUATED + 1))
-    return Sweep(grid=grid, seeds=(0, 1, 2))
+    return Sweep(grid=grid, seeds=(0, 1, 2), members_per_program="auto")

@@ -68,5 +68,6 @@ def grid(tasks, schemes, max_position: int, learned_table: int, longest: int) ->
 
 
 def sweep():
+    # A scheme's 15 tasks share programs of up to 32 members (3 tasks x 10 seeds on a GPU).
     return Sweep(grid=grid(BENCHMARK_TASKS, SCHEMES, 2048, 2048, 40), seeds=tuple(range(10)),
-                 slurm={"gpus_per_job": 1, "time_min": 24 * 60})
+                 slurm={"gpus_per_job": 1, "time_min": 24 * 60}, members_per_program="auto")

@@ -44,4 +44,5 @@ def get_config():
 
 def sweep():
     table = load_user_module(TABLE)  # the full table's grid, on fewer tasks and schemes
-    return Sweep(grid=table.grid(TASKS, SCHEMES, 256, 256, 10), seeds=(0, 1))
+    return Sweep(grid=table.grid(TASKS, SCHEMES, 256, 256, 10), seeds=(0, 1),
+                 members_per_program="auto")

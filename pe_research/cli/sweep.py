@@ -1,7 +1,8 @@
 """``pe-research sweep``: run a grid of configs, follow it, and compare what it trained.
 
     pe-research sweep configs/sweeps/copy_schemes_cpu.py --workdir runs/sweep_demo
-    pe-research sweep FILE --workdir DIR --jobs 2                  # two grid points at a time
+    pe-research sweep FILE --workdir DIR --jobs 2                  # two jobs at a time
+    pe-research sweep FILE --workdir DIR --members-per-program auto  # stack grid points
     pe-research sweep FILE --workdir DIR --executor slurm --partition gpu --gpus-per-job 1 \\
         --time-min 120 --sbatch account=my_lab                     # one SLURM array task per point
     pe-research sweep status DIR                                    # every run's state
@@ -28,6 +29,7 @@ from pe_research.sweeps.executors import (
     run_local,
     run_submitit,
 )
+from pe_research.sweeps.grouping import check_members_per_program, group_points, members_cap
 from pe_research.sweeps.report import report
 from pe_research.sweeps.spec import load_sweep
 from pe_research.sweeps.state import (
@@ -52,7 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="local processes (default), SLURM through submitit, or "
                              "submitit's local executor (the SLURM path on this machine)")
     parser.add_argument("--jobs", type=int, default=1,
-                        help="grid points running at once (SLURM: array parallelism)")
+                        help="jobs (programs) running at once (SLURM: array parallelism)")
+    parser.add_argument("--members-per-program", default=None, metavar="N | auto | point",
+                        help="train grid points that differ only in task, lengths, seed or "
+                             "learning rate stacked in one program of up to N members; 'auto': "
+                             "the cap measured for the device; 'point': one program per grid "
+                             "point (default: the sweep file's, else 'point')")
     parser.add_argument("--partition", default=None, help="SLURM partition")
     parser.add_argument("--gpus-per-job", type=int, default=None, help="GPUs per SLURM job")
     parser.add_argument("--cpus-per-job", type=int, default=None, help="CPUs per SLURM job")
@@ -136,7 +143,10 @@ def run_sweep(args: argparse.Namespace, file: str) -> int:
     if args.jobs < 1:
         raise ConfigError("--jobs", args.jobs, "a positive number of grid points at once")
     check_executor(args.executor)
+    stacking = (check_members_per_program(args.members_per_program)
+                if args.members_per_program is not None else None)
     plan = load_sweep(file, args.config_overrides)
+    stacking = check_members_per_program(stacking or plan.members_per_program)
     settings = slurm_settings(args, plan.slurm)
     sweep_dir = SweepDir(args.workdir)
     if sweep_dir.root.exists() and not sweep_dir.root.is_dir():
@@ -144,25 +154,28 @@ def run_sweep(args: argparse.Namespace, file: str) -> int:
     command = shlex.join(["pe-research", "sweep", *sys.argv[2:]]) if sys.argv[1:2] == \
         ["sweep"] else f"pe-research sweep {file} --workdir {args.workdir}"
     with RunDirLock(sweep_dir.root, "run"):  # one driver per sweep directory
-        return _run_locked(args, plan, settings, sweep_dir, command)
+        return _run_locked(args, plan, settings, sweep_dir, command,
+                           members_cap(stacking, args.executor, settings))
 
 
 def _run_locked(args: argparse.Namespace, plan, settings: dict, sweep_dir: SweepDir,
-                command: str) -> int:
+                command: str, cap: int) -> int:
     write_plan(sweep_dir, plan, command, args.executor)
     indices = points_to_run(sweep_dir, [p.index for p in plan.points])
+    groups = group_points(plan.points, indices, cap)
     names = {p.index: p.name for p in plan.points}
     members = len(plan.points[0].members)
+    programs = f" in {len(groups)} programs of up to {cap} members" if cap else ""
     print(f"sweep {sweep_dir.root}: {len(plan.points)} grid points x {members} members "
-          f"= {plan.runs} runs; {len(indices)} grid points to run ({args.executor}, "
+          f"= {plan.runs} runs; {len(indices)} grid points to run{programs} ({args.executor}, "
           f"{args.jobs} at a time)", flush=True)
     if indices:
         progress = Progress(sweep_dir)
         try:
             if args.executor == "local":
-                run_local(sweep_dir, indices, names, args.jobs, progress.tick)
+                run_local(sweep_dir, groups, names, args.jobs, progress.tick)
             else:
-                run_submitit(sweep_dir, indices, settings, args.executor, args.jobs,
+                run_submitit(sweep_dir, groups, settings, args.executor, args.jobs,
                              args.wait, progress.tick)
         finally:
             progress.close()

@@ -1,7 +1,8 @@
 """Where a sweep's grid points run: local processes, or SLURM jobs through submitit.
 
-``local``: each grid point in its own process (``python -m pe_research.sweeps.worker``), ``jobs``
-at a time, output in ``logs/<point>.log``. ``slurm``: one job-array task per grid point,
+A job is one program: a grid point, or grid points that stack (``grouping.py``). ``local``: each
+job in its own process (``python -m pe_research.sweeps.worker``), ``jobs`` at a time, output in
+``logs/<first point>.log``. ``slurm``: one job-array task per job,
 submitted by submitit with the partition, GPUs, CPUs, memory, time limit and extra sbatch flags
 given. ``submitit-local``: the same submitit path run by submitit's local executor on this
 machine (to try a sweep before sending it to a cluster).
@@ -45,24 +46,26 @@ def check_executor(executor: str) -> None:
                           "login node, or use --executor local")
 
 
-def run_local(sweep_dir: SweepDir, indices: Sequence[int], names: Mapping[int, str], jobs: int,
-              tick: Callable[[], None]) -> None:
-    """Run grid points in worker processes, ``jobs`` at a time; ``tick`` after every poll."""
+def run_local(sweep_dir: SweepDir, groups: Sequence[Sequence[int]], names: Mapping[int, str],
+              jobs: int, tick: Callable[[], None]) -> None:
+    """Run each group of grid points in a worker process, ``jobs`` at a time; ``tick`` after
+    every poll."""
     env = worker_env(jobs)
-    queue, running = list(indices), {}
+    queue, running = [list(group) for group in groups], {}
     # SIGTERM (kill, timeout, a batch system) would end this process without the cleanup below
     # and leave its workers training, unseen, into directories a rerun then shares.
     previous = stop_on_sigterm()
     try:
         while queue or running:
             while queue and len(running) < jobs:
-                index = queue.pop(0)
-                log = sweep_dir.log(names[index])
+                group = queue.pop(0)
+                log = sweep_dir.log(names[group[0]])
                 log.parent.mkdir(parents=True, exist_ok=True)
                 with log.open("a") as handle:
-                    running[index] = subprocess.Popen(
+                    running[group[0]] = subprocess.Popen(
                         [sys.executable, "-m", "pe_research.sweeps.worker", str(sweep_dir.root),
-                         str(index)], stdout=handle, stderr=subprocess.STDOUT, env=env)
+                         ",".join(map(str, group))], stdout=handle, stderr=subprocess.STDOUT,
+                        env=env)
             time.sleep(POLL_S)
             for index in [i for i, process in running.items() if process.poll() is not None]:
                 del running[index]
@@ -111,9 +114,9 @@ def slurm_parameters(settings: Mapping[str, Any], cluster: str, jobs: int,
     return parameters
 
 
-def submit(sweep_dir: SweepDir, indices: Sequence[int], settings: Mapping[str, Any],
+def submit(sweep_dir: SweepDir, groups: Sequence[Sequence[int]], settings: Mapping[str, Any],
            executor: str, jobs: int) -> list[Any]:
-    """Submit one job per grid point through submitit; returns the submitit jobs."""
+    """Submit one job per group of grid points through submitit; returns the submitit jobs."""
     import submitit
 
     cluster = "slurm" if executor == "slurm" else "local"
@@ -123,22 +126,24 @@ def submit(sweep_dir: SweepDir, indices: Sequence[int], settings: Mapping[str, A
                                       **requeues)
     submitter.update_parameters(**slurm_parameters(settings, cluster, jobs,
                                                    f"sweep_{sweep_dir.root.name}"))
-    submitted = submitter.map_array(PointJob(), [str(sweep_dir.root)] * len(indices),
-                                    list(indices))
-    record_jobs(sweep_dir, {index: job.job_id for index, job in
-                            zip(indices, submitted, strict=True)})
+    submitted = submitter.map_array(
+        PointJob(), [str(sweep_dir.root)] * len(groups),
+        [group[0] if len(group) == 1 else list(group) for group in groups])
+    record_jobs(sweep_dir, {index: job.job_id for group, job in
+                            zip(groups, submitted, strict=True) for index in group})
     return submitted
 
 
-def run_submitit(sweep_dir: SweepDir, indices: Sequence[int], settings: Mapping[str, Any],
-                 executor: str, jobs: int, wait: bool, tick: Callable[[], None]) -> list[Any]:
-    """Submit the grid points; with ``wait``, follow them until every job has ended.
+def run_submitit(sweep_dir: SweepDir, groups: Sequence[Sequence[int]],
+                 settings: Mapping[str, Any], executor: str, jobs: int, wait: bool,
+                 tick: Callable[[], None]) -> list[Any]:
+    """Submit the groups of grid points; with ``wait``, follow them until every job has ended.
 
-    submitit's local executor starts every job of an array at once, so there the points go in
+    submitit's local executor starts every job of an array at once, so there the jobs go in
     waves of ``jobs``.
     """
-    waves = [list(indices)] if executor == "slurm" else \
-        [list(indices[i:i + jobs]) for i in range(0, len(indices), jobs)]
+    waves = [list(groups)] if executor == "slurm" else \
+        [list(groups[i:i + jobs]) for i in range(0, len(groups), jobs)]
     submitted: list[Any] = []
     for wave in waves:
         batch = submit(sweep_dir, wave, settings, executor, jobs)

@@ -49,12 +49,16 @@ class Sweep:
     ``grid``: one dict of dotted config overrides per grid point. ``seeds`` (and, when given,
     ``learning_rates``: members are then seeds x rates) are trained stacked in one program.
     ``slurm``: defaults for ``--executor slurm`` (keys of ``SLURM_KEYS``).
+    ``members_per_program``: ``point`` (one program per grid point), ``auto`` (grid points that
+    stack share programs up to the cap measured for the device) or a cap (``grouping.py``);
+    ``--members-per-program`` overrides it.
     """
 
     grid: Sequence[Mapping[str, Any]] = ({},)
     seeds: Sequence[int] = (0,)
     learning_rates: Sequence[float] = ()
     slurm: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    members_per_program: int | str = "point"
 
 
 def product(axes: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
@@ -97,6 +101,7 @@ class SweepPlan:
     seeds: list[int]
     learning_rates: list[float]
     slurm: dict[str, Any]
+    members_per_program: int | str = "point"
 
     @property
     def runs(self) -> int:
@@ -169,7 +174,7 @@ def load_sweep(path: str | Path, overrides: Sequence[str] = ()) -> SweepPlan:
                                      list(spec.learning_rates))))
     return SweepPlan(file=path, points=points, swept_keys=keys, seeds=seeds,
                      learning_rates=[float(r) for r in spec.learning_rates],
-                     slurm=dict(spec.slurm))
+                     slurm=dict(spec.slurm), members_per_program=spec.members_per_program)
 
 
 def _check_members(spec: Sweep) -> list[int]:

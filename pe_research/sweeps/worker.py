@@ -1,8 +1,9 @@
-"""One grid point's job: train its unfinished members as one ensemble, record how each ended.
+"""One job: train the unfinished members of its grid points as one ensemble, record how each
+ended (a job is one grid point, or several that stack: ``grouping.py``).
 
-Run by every executor: ``python -m pe_research.sweeps.worker SWEEP_DIR INDEX`` (local), or
-``PointJob`` pickled by submitit (SLURM). A failure is recorded as one line per member, never
-raised past the worker, so one failing grid point never stops the others.
+Run by every executor: ``python -m pe_research.sweeps.worker SWEEP_DIR INDEX[,INDEX...]``
+(local), or ``PointJob`` pickled by submitit (SLURM). A failure is recorded as one line per
+member, never raised past the worker, so one failing job never stops the others.
 
 Preemption (SIGTERM, SIGUSR1, or submitit's time-limit signal SIGUSR2): the members checkpoint
 the step they reached and the point is recorded as preempted; under submitit the signal is then
@@ -19,6 +20,7 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +34,9 @@ def _one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0] if text else ''}"[:500]
 
 
-def run_point(sweep_dir: str | Path, index: int) -> dict[str, Any]:
-    """Train grid point ``index`` of the sweep (after ``runtime.setup()``); returns (and
-    records) each run's outcome."""
+def run_point(sweep_dir: str | Path, index: int | Sequence[int]) -> dict[str, Any]:
+    """Train grid point ``index`` of the sweep, or the points of a list in one program (after
+    ``runtime.setup()``); returns (and records in each point's state) each run's outcome."""
     from pe_research import runtime
     from pe_research.config import from_mapping
     from pe_research.training.ensemble import train_ensemble
@@ -43,14 +45,16 @@ def run_point(sweep_dir: str | Path, index: int) -> dict[str, Any]:
 
     runtime.setup()
     paths = SweepDir(sweep_dir)
-    plan = paths.read_point(index)
-    todo = [run for run in plan["runs"]
+    indices = [index] if isinstance(index, int) else [int(i) for i in index]
+    plans = {i: paths.read_point(i) for i in indices}
+    todo = [run for i in indices for run in plans[i]["runs"]
             if last_step(run["dir"]) < int(run["config"]["train"]["steps"])]
-    previous = paths.read_state(index)
-    state: dict[str, Any] = {"state": "running", "pid": os.getpid(), "host": socket.gethostname(),
-                             "started": time.time(), "runs": {},
-                             "preemptions": int(previous.get("preemptions", 0))}
-    paths.write_state(index, state)
+    states: dict[int, dict[str, Any]] = {}
+    for i in indices:
+        states[i] = {"state": "running", "pid": os.getpid(), "host": socket.gethostname(),
+                     "started": time.time(), "runs": {},
+                     "preemptions": int(paths.read_state(i).get("preemptions", 0))}
+        paths.write_state(i, states[i])
     outcome: dict[str, dict[str, Any]] = {}
     preempted = None
     try:
@@ -65,7 +69,8 @@ def run_point(sweep_dir: str | Path, index: int) -> dict[str, Any]:
     except PreemptedError as error:
         print(error, flush=True)
         preempted = error
-        state["preemptions"] += 1
+        for state in states.values():
+            state["preemptions"] += 1
         for run in todo:
             outcome[run["dir"]] = {"state": "preempted", "error": None}
     except Exception as error:  # noqa: BLE001 - recorded, and the sweep goes on
@@ -74,8 +79,11 @@ def run_point(sweep_dir: str | Path, index: int) -> dict[str, Any]:
             outcome.setdefault(run["dir"], {"state": "failed", "error": _one_line(error)})
     for run in todo:
         outcome.setdefault(run["dir"], {"state": "done", "error": None})
-    state.update(state="preempted" if preempted else "ended", ended=time.time(), runs=outcome)
-    paths.write_state(index, state)
+    for i, state in states.items():
+        own = {run["dir"] for run in plans[i]["runs"]}
+        state.update(state="preempted" if preempted else "ended", ended=time.time(),
+                     runs={d: result for d, result in outcome.items() if d in own})
+        paths.write_state(i, state)
     if preempted is not None and under_submitit():
         signal.raise_signal(preempted.signal_number)  # submitit's own handler requeues the job
     return outcome
@@ -93,21 +101,22 @@ def under_submitit() -> bool:
 
 
 class PointJob:
-    """Grid point ``index`` of the sweep as a submitit job that can be requeued (submitit calls
-    ``checkpoint`` on its signal): the same point again, which resumes from its checkpoints."""
+    """Grid point ``index`` (or a list of points in one program) as a submitit job that can be
+    requeued (submitit calls ``checkpoint`` on its signal): the same points again, which resume
+    from their checkpoints."""
 
-    def __call__(self, sweep_dir: str, index: int) -> dict[str, Any]:
+    def __call__(self, sweep_dir: str, index: int | list[int]) -> dict[str, Any]:
         return run_point(sweep_dir, index)
 
-    def checkpoint(self, sweep_dir: str, index: int) -> Any:
+    def checkpoint(self, sweep_dir: str, index: int | list[int]) -> Any:
         import submitit
 
         return submitit.helpers.DelayedSubmission(self, sweep_dir, index)
 
 
 def main(argv: list[str]) -> int:
-    sweep_dir, index = argv
-    outcome = run_point(sweep_dir, int(index))
+    sweep_dir, indices = argv
+    outcome = run_point(sweep_dir, [int(i) for i in indices.split(",")])
     states = {result["state"] for result in outcome.values()}
     return PREEMPTED_EXIT if "preempted" in states else 1 if "failed" in states else 0
 

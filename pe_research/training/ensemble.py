@@ -1,4 +1,4 @@
-"""Ensembles: M members of one config (different seeds, optionally learning rates) in one program.
+"""Ensembles: M members in one program, differing in seed, learning rate and task.
 
 Parameters and optimizer state carry a leading member axis, sharded over the mesh's ``members``
 axis; the train step is the single run's step under ``jax.vmap``. Member k draws its own data
@@ -8,6 +8,11 @@ checkpoints and a W&B run, in the format of a single run. With ``length_sampling
 each member draws its own length and all are padded to the largest member's bucket (padding is
 masked, so a member's numbers do not change; dropout masks do depend on the padded width, so
 with dropout a member matches its single run in distribution, not bit for bit).
+
+Members may differ in what ``config/stacking.py`` lists: seed, peak learning rate, and the task
+with its lengths. Tasks of different vocabularies share the program of the widest one: each
+member's state is padded to it and its loss taken over its own tokens (``padded_vocab.py``), so
+it still trains as its single run does (to rounding) and saves its own shapes.
 
 A member that diverges is stopped and reported; the others go on. One process only: a grid is
 spread over hosts by the sweep's SLURM executor, one ensemble per job.
@@ -28,9 +33,11 @@ from flax import nnx
 
 from pe_research import data
 from pe_research.config import flat_config, to_dict, validate_config
+from pe_research.config.stacking import STACKED_KEYS, first_difference, stacked
 from pe_research.config.validate import steps_per_call
 from pe_research.core.errors import ConfigError
 from pe_research.model import build_model, model_line
+from pe_research.model.factory import abstract_model
 from pe_research.runs import provenance
 from pe_research.runs.checkpoint import abstract_like, run_checkpointer
 from pe_research.runs.lock import RunDirLock
@@ -52,12 +59,10 @@ from pe_research.training.loop import (
     prepare_run_dir,
     start_from_source,
 )
+from pe_research.training.padded_vocab import crop_to, pad_to, shapes_of, widest
 from pe_research.training.periodic_eval import PeriodicEvaluator
-from pe_research.training.step import make_steps
+from pe_research.training.step import eval_function, make_steps
 from pe_research.training.step_loop import MemberRun, StepLoop, all_finite
-
-# What may differ between the members of one ensemble (everything else is shared).
-MEMBER_KEYS = ("seed", "train.learning_rate", "wandb.name")
 
 
 @dataclasses.dataclass
@@ -72,20 +77,38 @@ class EnsembleResult:
 
 
 def check_members(configs: Sequence[ml_collections.ConfigDict]) -> None:
-    """ConfigError unless the members differ only in ``MEMBER_KEYS``."""
+    """ConfigError unless the members differ only in ``stacking.STACKED_KEYS`` (and in them:
+    no two members alike)."""
     if not configs:
         raise ConfigError("members", (), "an ensemble needs at least one member")
-    first = flat_config(to_dict(configs[0]))
+    first = to_dict(configs[0])
     for index, config in enumerate(configs[1:], 1):
-        other = flat_config(to_dict(config))
-        for key in sorted(set(first) | set(other)):
-            if first.get(key) != other.get(key) and key not in MEMBER_KEYS:
-                raise ConfigError(key, other.get(key), f"member {index} differs from member 0 "
-                                  f"({first.get(key)!r}); members of one ensemble may differ "
-                                  f"only in {', '.join(MEMBER_KEYS)}")
-    seeds = [int(config.seed) for config in configs]
-    if len(set(seeds)) != len(seeds) and len({c.train.learning_rate for c in configs}) == 1:
-        raise ConfigError("seed", seeds, "members need distinct seeds (or learning rates)")
+        key = first_difference(first, to_dict(config))
+        if key is not None:
+            flat_first, flat_other = flat_config(first), flat_config(to_dict(config))
+            raise ConfigError(key, flat_other.get(key), f"member {index} differs from member 0 "
+                              f"({flat_first.get(key)!r}); members of one program may differ "
+                              f"only in {', '.join(STACKED_KEYS)} and task.*")
+    runs = [repr([(key, value) for key, value in sorted(flat_config(to_dict(c)).items())
+                  if stacked(key) and not key.startswith("wandb.")]) for c in configs]
+    if len(set(runs)) != len(runs):
+        raise ConfigError("seed", [int(c.seed) for c in configs], "members need distinct seeds "
+                          "(or learning rates, tasks or lengths)")
+
+
+def member_shapes(configs: Sequence[ml_collections.ConfigDict],
+                  vocab_sizes: Sequence[int]) -> None:
+    """ConfigError unless every member's model, built at the widest vocabulary, has the same
+    parameter shapes (the program is one graph)."""
+    width = max(vocab_sizes)
+    reference = None
+    for index, config in enumerate(configs):
+        shapes = shapes_of(nnx.state(abstract_model(config, width), nnx.Param))
+        if reference is None:
+            reference = shapes
+        elif shapes != reference:
+            raise ConfigError("members", index, "member's parameter shapes differ from member "
+                              "0's; members of one program share the model's shapes")
 
 
 def stack(trees: Sequence[Any]) -> Any:
@@ -111,6 +134,7 @@ def train_ensemble(configs: Sequence[ml_collections.ConfigDict],
     check_batch_fits("data.batch_size", configs[0].data.batch_size, mesh)
     check_batch_fits("eval.batch_size", configs[0].eval.batch_size, eval_mesh)
     tasks = [run_task(config, run_dir) for config, run_dir in zip(configs, run_dirs, strict=True)]
+    member_shapes(configs, [task.vocabulary.size for task in tasks])
     changes = [config_changes(config, run_dir)
                for config, run_dir in zip(configs, run_dirs, strict=True)]
     sources = [init_source(config, run_dir, task)
@@ -123,15 +147,18 @@ def train_ensemble(configs: Sequence[ml_collections.ConfigDict],
                              stack_)
 
 
-def _restore_common_step(checkpointers: Sequence[Any], params: Any, opt_state: Any,
-                         ) -> tuple[int, list[dict[str, Any]] | None]:
-    """The newest step every member holds, restored for each (0 and None when there is none).
+def _restore_common_step(checkpointers: Sequence[Any], params: Sequence[Any],
+                         opt_state: Sequence[Any]) -> tuple[int, list[dict[str, Any]] | None]:
+    """The newest step every member holds, restored for each into its own skeletons ``params[k]``
+    and ``opt_state[k]`` (0 and None when there is none).
 
     A crash between two members' saves can leave one member a step ahead: its newer steps are
     deleted, since resuming from the common step recomputes them bit for bit.
     """
-    for checkpointer in checkpointers:  # moves unreadable steps aside
-        checkpointer.restore_latest_good(params=params, opt_state=opt_state, quarantine=True)
+    for checkpointer, member_params, member_opt in zip(checkpointers, params, opt_state,
+                                                       strict=True):  # moves unreadable steps aside
+        checkpointer.restore_latest_good(params=member_params, opt_state=member_opt,
+                                         quarantine=True)
     held = [set(checkpointer.steps()) for checkpointer in checkpointers]
     common = max(set.intersection(*held), default=0)
     for checkpointer, steps in zip(checkpointers, held, strict=True):
@@ -139,30 +166,39 @@ def _restore_common_step(checkpointers: Sequence[Any], params: Any, opt_state: A
             checkpointer.manager.delete(step)
     if common == 0:
         return 0, None
-    return common, [c.restore(common, params=params, opt_state=opt_state)
-                    for c in checkpointers]
+    return common, [c.restore(common, params=p, opt_state=o)
+                    for c, p, o in zip(checkpointers, params, opt_state, strict=True)]
 
 
 def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
                   cleanup: contextlib.ExitStack) -> EnsembleResult:
-    vocab_size = tasks[0].vocabulary.size
-    split = [nnx.split(build_model(config, vocab_size), nnx.Param, ...) for config in configs]
-    graphdef, _, rest = split[0]
+    vocab_sizes = [task.vocabulary.size for task in tasks]
+    split = [nnx.split(build_model(config, vocab), nnx.Param, ...)
+             for config, vocab in zip(configs, vocab_sizes, strict=True)]
+    wide = widest(vocab_sizes)
+    graphdef, _, rest = split[wide]
     rates = [float(config.train.learning_rate) for config in configs]
-    steps = make_steps(graphdef, rest, configs[0].train, mesh,
+    steps = make_steps(graphdef, rest, configs[wide].train, mesh,
                        [config.seed for config in configs],
-                       rates if len(set(rates)) > 1 else None, configs[0].eval.query_block,
-                       ensemble=True)
+                       rates if len(set(rates)) > 1 else None, configs[wide].eval.query_block,
+                       ensemble=True,
+                       vocab_sizes=vocab_sizes if len(set(vocab_sizes)) > 1 else None)
     on_eval_mesh = replicated(eval_mesh)
     member_params = [jax.device_put(params, on_eval_mesh) for _, params, _ in split]
     member_opt = [steps.optimizer.init(params) for params in member_params]
+    # Each member's own shapes: what it saves and restores, and what evaluates it.
+    own = [(abstract_like(p, on_eval_mesh), abstract_like(o, on_eval_mesh))
+           for p, o in zip(member_params, member_opt, strict=True)]
+    evaluators = {vocab: steps.evaluate_with_key if vocab == vocab_sizes[wide] else
+                  eval_function(split[k][0], split[k][2], configs[k].train,
+                                configs[k].eval.query_block)
+                  for k, vocab in enumerate(vocab_sizes)}
     checkpointers = [run_checkpointer(config, run_dir)
                      for config, run_dir in zip(configs, run_dirs, strict=True)]
     for checkpointer in checkpointers:
         cleanup.callback(checkpointer.close)
-    start, restored = _restore_common_step(
-        checkpointers, abstract_like(member_params[0], on_eval_mesh),
-        abstract_like(member_opt[0], on_eval_mesh))
+    start, restored = _restore_common_step(checkpointers, [p for p, _ in own],
+                                           [o for _, o in own])
     windows: list[Any] = [None] * len(configs)
     initialised: list[Any] = [None] * len(configs)
     if restored is None and configs[0].train.init_from:
@@ -176,11 +212,15 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
         print(f"resuming {len(configs)} members from step {start} "
               f"(of {configs[0].train.steps})", flush=True)
     stacked = member_sharded(mesh)
-    params = jax.device_put(stack(member_params), stacked)
-    opt_state = jax.device_put(stack(member_opt), stacked)
-    print(f"ensemble of {len(configs)} members on {mesh.shape[MEMBERS_AXIS]} x "
+    params = jax.device_put(stack([pad_to(p, member_params[wide]) for p in member_params]),
+                            stacked)
+    opt_state = jax.device_put(stack([pad_to(o, member_opt[wide]) for o in member_opt]),
+                               stacked)
+    tasks_line = "" if len(set(vocab_sizes)) == 1 else \
+        f", {len({t.name for t in tasks})} tasks (vocabularies padded to {max(vocab_sizes)})"
+    print(f"ensemble of {len(configs)} members{tasks_line} on {mesh.shape[MEMBERS_AXIS]} x "
           f"{mesh.shape[DATA_AXIS]} devices (members x data)", flush=True)
-    print(model_line(configs[0], vocab_size, member_params[0]), flush=True)
+    print(model_line(configs[wide], vocab_sizes[wide], member_params[wide]), flush=True)
 
     members = []
     for k, (config, run_dir, task) in enumerate(zip(configs, run_dirs, tasks, strict=True)):
@@ -189,9 +229,12 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
                              hparams={**to_dict(config),
                                       "provenance": provenance.environment()})
         cleanup.callback(writer.finish)
-        evaluator = PeriodicEvaluator(config, task, eval_mesh, steps.evaluator(config.seed),
-                                      run_dir)
-        members.append(MemberRun(config, run_dir, vocab_size, checkpointers[k], writer,
+        evaluate_with_key, base_key = evaluators[vocab_sizes[k]], jax.random.key(config.seed)
+        evaluator = PeriodicEvaluator(
+            config, task, eval_mesh,
+            lambda params, batch, f=evaluate_with_key, key=base_key: f(params, batch, key),
+            run_dir)
+        members.append(MemberRun(config, run_dir, vocab_sizes[k], checkpointers[k], writer,
                                  evaluator, windows[k]))
 
     batch_sharding = member_batch_sharded(mesh)
@@ -202,11 +245,16 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
         return jax.device_put(data.stack_batches(local), batch_sharding)
 
     def member_state(tree: Any, k: int) -> Any:
-        return jax.device_put(jax.tree.map(lambda leaf: leaf[k], tree), on_eval_mesh)
+        """Member k's params or optimizer state, cut to its own shapes."""
+        like = next(skeleton for skeleton in own[k]
+                    if jax.tree.structure(skeleton) == jax.tree.structure(tree))
+        return jax.device_put(crop_to(jax.tree.map(lambda leaf: leaf[k], tree), like),
+                              on_eval_mesh)
 
     loop = StepLoop(members, steps, batch, member_state=member_state,
                     stacked_finite=jax.jit(jax.vmap(all_finite)),
-                    steps_per_call=steps_per_call(configs[0], tasks[0]))
+                    steps_per_call=min(steps_per_call(config, task)
+                                       for config, task in zip(configs, tasks, strict=True)))
     loop.run(params, opt_state, start)
     return EnsembleResult(run_dirs=list(run_dirs), records=[m.record for m in members],
                           diverged={m.run_dir: m.diverged for m in members if m.diverged},

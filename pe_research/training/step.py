@@ -44,6 +44,7 @@ from pe_research.model.metrics import (
 from pe_research.model.metrics import summarize as summarize_sums
 from pe_research.runtime import member_sharded, replicated
 from pe_research.training.optimizer import make_optimizer
+from pe_research.training.padded_vocab import mask_logits
 
 Batch = Mapping[str, jax.Array]
 Metrics = dict[str, jax.Array]
@@ -55,24 +56,30 @@ def step_functions(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
     """The pure (unjitted) train and eval steps of one model; the eval step attends
     ``query_block`` queries at a time (``eval.query_block``; 0: all), the train step all.
 
-    ``train_step(params, opt_state, batch, step, base_key, learning_rate=None)``: with a
-    ``learning_rate`` (a traced scalar: an ensemble member's own) the schedule peaks there
-    instead of at ``train.learning_rate``; the optimizer state's structure does not depend on it.
+    ``train_step(params, opt_state, batch, step, base_key, learning_rate=None,
+    vocab_size=None)``: with a ``learning_rate`` (a traced scalar: an ensemble member's own) the
+    schedule peaks there instead of at ``train.learning_rate``; the optimizer state's structure
+    does not depend on it. With a ``vocab_size`` (a member's own, below the model's) the loss
+    and metrics are over those tokens only (``padded_vocab``).
     ``eval_step(params, batch, base_key)`` returns summable metric sums.
     """
     predict_eos = bool(train_cfg.get("predict_eos", True))
 
-    def loss_fn(params, batch, key):
+    def loss_fn(params, batch, key, vocab_size):
         logits = forward(nnx.merge(graphdef, params, rest), batch, key, training=True)
+        if vocab_size is not None:
+            logits = mask_logits(logits, vocab_size)
         loss = token_cross_entropy(logits, batch["target_output"],
                                    scored_mask(batch, predict_eos))
         return loss, logits
 
-    def train_step(params, opt_state, batch, step, base_key, learning_rate=None):
+    def train_step(params, opt_state, batch, step, base_key, learning_rate=None,
+                   vocab_size=None):
         member_optimizer = optimizer if learning_rate is None else \
             make_optimizer({**dict(train_cfg), "learning_rate": learning_rate})
         key = jax.random.fold_in(base_key, step)
-        (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, key)
+        (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, key,
+                                                                          vocab_size)
         updates, opt_state = member_optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         outputs = Outputs(logits, batch["target_output"], scored_mask(batch, predict_eos))
@@ -182,26 +189,38 @@ def member_keys(seeds: Sequence[int]) -> jax.Array:
 
 def make_steps(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any], mesh: Mesh,
                seeds: Sequence[int], learning_rates: Sequence[float] | None = None,
-               query_block: int = 0, ensemble: bool = False) -> Steps:
+               query_block: int = 0, ensemble: bool = False,
+               vocab_sizes: Sequence[int] | None = None) -> Steps:
     """The steps of one run (``seeds`` of one, state replicated on ``mesh``) or, with
     ``ensemble``, of M members at once: ``jax.vmap`` of the single step over a leading member
     axis of state and batches (sharded over the mesh's ``members`` axis); member k draws its
-    keys from ``seeds[k]`` and, with ``learning_rates``, peaks at ``learning_rates[k]``."""
+    keys from ``seeds[k]``, with ``learning_rates`` peaks at ``learning_rates[k]``, and with
+    ``vocab_sizes`` scores its own ``vocab_sizes[k]`` tokens of the model's."""
     optimizer = make_optimizer(train_cfg)
     train_step, eval_step = step_functions(graphdef, rest, train_cfg, optimizer, query_block)
     same = replicated(mesh)
     if ensemble:
         rates = None if learning_rates is None else jnp.asarray(learning_rates, jnp.float32)
-        stacked_step = jax.vmap(train_step,
-                                in_axes=(0, 0, 0, None, 0, None if rates is None else 0))
-        train = CompiledStep(stacked_step, (member_keys(seeds), rates), member_sharded(mesh),
-                             same)
+        vocabs = None if vocab_sizes is None else jnp.asarray(vocab_sizes, jnp.int32)
+        stacked_step = jax.vmap(train_step, in_axes=(0, 0, 0, None, 0,
+                                                     None if rates is None else 0,
+                                                     None if vocabs is None else 0))
+        train = CompiledStep(stacked_step, (member_keys(seeds), rates, vocabs),
+                             member_sharded(mesh), same)
     else:
         train = CompiledStep(train_step, (jax.random.key(int(seeds[0])),), same, same)
     # An ensemble's members are evaluated one at a time, on a mesh of their own.
     evaluate_with_key = jax.jit(eval_step, out_shardings=None if ensemble else same)
     return Steps(train=train, evaluate_with_key=evaluate_with_key,
                  graphdef=graphdef, rest=rest, optimizer=optimizer)
+
+
+def eval_function(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
+                  query_block: int = 0) -> Callable[..., dict[str, jax.Array]]:
+    """The jitted ``evaluate_with_key(params, batch, base_key)`` of one model: an ensemble
+    member's whose vocabulary is narrower than the program's."""
+    _, eval_step = step_functions(graphdef, rest, train_cfg, optax.identity(), query_block)
+    return jax.jit(eval_step)
 
 
 def eval_sums(logits_BxTxV: jax.Array, batch: Batch,

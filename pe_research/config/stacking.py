@@ -1,0 +1,42 @@
+"""Which configs can train stacked in one program: those equal but for ``STACKED_KEYS``.
+
+Members of one program share the model's graph and parameter shapes and the step loop's
+schedule; what is only data, a scalar of the step, or per-member bookkeeping may differ: the
+seed, the peak learning rate, the task (the vocabulary is padded to the widest member's and
+each member's loss is taken over its own tokens: ``training/ensemble.py``), its training and
+evaluation lengths, and the W&B name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pe_research.config.files import flat_config
+
+STACKED_KEYS = ("seed", "train.learning_rate", "data.train_lengths", "data.eval_samples",
+                "train.eval_lengths", "eval.lengths", "wandb.name", "wandb.tags")
+STACKED_PREFIXES = ("task.",)
+
+
+def stacked(key: str) -> bool:
+    """Whether the dotted config ``key`` may differ between members of one program."""
+    return key in STACKED_KEYS or key.startswith(STACKED_PREFIXES)
+
+
+def program_key(config: Mapping[str, Any]) -> str:
+    """What members of one program must share: every key of the (nested) ``config`` dict but
+    the stacked ones, as text (two configs with equal keys train in one program)."""
+    shared = {key: value for key, value in flat_config(dict(config)).items()
+              if not stacked(key)}
+    return repr(sorted(shared.items()))
+
+
+def first_difference(first: Mapping[str, Any], other: Mapping[str, Any]) -> str | None:
+    """The first dotted key, not stacked, whose value differs between two nested config
+    dicts (None when they can train in one program)."""
+    a, b = flat_config(dict(first)), flat_config(dict(other))
+    for key in sorted(set(a) | set(b)):
+        if not stacked(key) and a.get(key) != b.get(key):
+            return key
+    return None

@@ -1,0 +1,53 @@
+"""Grid points that can stack share a program, up to a cap; nothing else does."""
+
+import pytest
+from sweep_files import write_sweep
+
+from pe_research.config import from_mapping
+from pe_research.core.errors import ConfigError
+from pe_research.sweeps.grouping import (
+    MEMBERS_PER_PROGRAM,
+    check_members_per_program,
+    group_points,
+    members_cap,
+)
+from pe_research.sweeps.spec import load_sweep
+from pe_research.training.ensemble import check_members, member_shapes
+
+GRID = ('product({"model.d_ff": [32, 64], "task.name": ["reverse_string", "copy", '
+        '"bucket_sort"]})')
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+    return load_sweep(write_sweep(tmp_path_factory.mktemp("grouping") / "s.py", grid=GRID))
+
+
+def test_points_that_differ_in_task_share_programs_up_to_the_cap_and_shapes_never_mix(plan):
+    indices = [point.index for point in plan.points]
+    assert group_points(plan.points, indices, 8) == [[0, 1, 2], [3, 4, 5]]  # 6 members each
+    assert group_points(plan.points, indices, 4) == [[0, 1], [2], [3, 4], [5]]
+    assert group_points(plan.points, indices, 0) == [[i] for i in indices]
+    assert group_points(plan.points, [1, 4, 5], 8) == [[1], [4, 5]]  # finished points left out
+    vocabularies = {"reverse_string": 5, "copy": 13, "bucket_sort": 8}
+    for group in group_points(plan.points, indices, 8):
+        configs = [from_mapping(member.config) for index in group
+                   for member in plan.points[index].members]
+        check_members(configs)  # the ensemble accepts the group
+        member_shapes(configs, [vocabularies[c.task.name] for c in configs])
+        assert len({c.model.d_ff for c in configs}) == 1
+
+
+def test_a_point_larger_than_the_cap_keeps_a_program_of_its_own(plan):
+    assert group_points(plan.points, [0, 1, 2], 1) == [[0], [1], [2]]
+
+
+def test_the_cap_is_the_measured_one_for_the_device_the_jobs_get():
+    assert members_cap("auto", "local", {}) == MEMBERS_PER_PROGRAM["cpu"]
+    assert members_cap("auto", "slurm", {"gpus_per_job": 1}) == MEMBERS_PER_PROGRAM["gpu"]
+    assert members_cap("point", "local", {}) == 0
+    assert members_cap(16, "slurm", {}) == 16
+    assert check_members_per_program("12") == 12
+    for bad in ("0", "many", -3, True):
+        with pytest.raises(ConfigError, match="--members-per-program"):
+            check_members_per_program(bad)
