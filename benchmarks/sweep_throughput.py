@@ -25,14 +25,15 @@ bucket's compile come on top, so the projection is a lower bound
 - one program per run (M = 1);
 - as ``pe-research sweep`` groups runs: one program per grid point, of its members;
 - stacked at the measured M with the most model-steps/s: as ``--members-per-program M``
-  groups the sweep's grid points (``sweeps/grouping.py``), counting its programs, and timed at
-  that M (with ``--stack points``, on members of several tasks).
+  groups the sweep's grid points (``sweeps/grouping.py``), each program timed at the measured
+  member count nearest its size (with ``--stack points``, on members of several tasks).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import math
 import sys
 import tempfile
 import time
@@ -186,15 +187,22 @@ def main() -> None:
     print("| grouping | programs | training | evaluation | total |")
     print("|---|---:|---:|---:|---:|")
     everything = [p.index for p in plan.points]
-    for label, members, programs in (
-            ("one program per run", 1, plan.runs),
-            ("one per grid point (pe-research sweep)", grouped, len(plan.points)),
-            (f"--members-per-program {best}", best,
-             len(group_points(plan.points, everything, best)))):
-        training = model_steps / rate[members]
+    stacked = group_points(plan.points, everything, best)
+    for label, programs, training in (
+            ("one program per run", plan.runs, model_steps / rate[1]),
+            ("one per grid point (pe-research sweep)", len(plan.points),
+             model_steps / rate[grouped]),
+            (f"--members-per-program {best}", len(stacked),
+             sum(train_steps * size / nearest_rate(rate, size)
+                 for size in (sum(len(plan.points[i].members) for i in group)
+                              for group in stacked)))):
         print(f"| {label} | {programs:,} | {hours(training)} | {hours(eval_total)} | "
               f"{hours(training + eval_total)} |")
 
+
+def nearest_rate(rate: dict[int, float], members: int) -> float:
+    """The model-steps/s measured at the member count nearest ``members`` (by ratio)."""
+    return rate[min(rate, key=lambda m: abs(math.log(m / members)))]
 
 if __name__ == "__main__":
     run(main)

@@ -380,9 +380,11 @@ def test_sweep_throughput_measures_each_member_count_and_projects_the_sweep(tmp_
         f"--members-per-program {best}"]
     # Grouped: the two RoPE points share a program once it holds their 4 members, never ALiBi.
     assert [row[1] for row in projected] == ["6", "3", "2" if best == 4 else "3"]
-    for row, members in zip(projected, (1, 2, best), strict=True):
+    stacked = (4 * 30 / rate[4] + 2 * 30 / rate[2]) if best == 4 else 6 * 30 / rate[2]
+    for row, seconds in zip(projected, (6 * 30 / rate[1], 6 * 30 / rate[2], stacked),
+                            strict=True):
         training, evaluation, total = (float(cell) for cell in row[2:])
-        assert training == pytest.approx(6 * 30 / rate[members] / 3600, rel=0.02)
+        assert training == pytest.approx(seconds / 3600, rel=0.02)
         assert total == pytest.approx(training + evaluation, rel=0.02)
         assert evaluation > 0
 
