@@ -47,6 +47,10 @@ VARIANTS: dict[str, dict] = {
                                                "mlp_depth": 3},
     "dape:on_kerple_log": {"base": "kerple_log"},
     "pope:uniform_phase": {"bias_init": "uniform"},
+    # Logits scaled with the number of keys: on a bias scheme (the bias scales too, s learned),
+    # and on a rotation.
+    "alibi:ssmax": {"logit_scaling": "ssmax"},
+    "rope:log_n_scaling": {"logit_scaling": "log_n_scaling"},
 }
 # Biases that read query or key content, so that they differ per example.
 CONTENT_BIASES = {"cope", "fox", "dape"}

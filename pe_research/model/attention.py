@@ -17,6 +17,7 @@ from pe_research.model.masks import PrefixMask, dense_mask
 from pe_research.model.query_blocks import in_query_blocks
 from pe_research.positional.base import AttentionKind, PositionalScheme
 from pe_research.positional.explicit_attention import attention
+from pe_research.positional.length_scaling import logit_scale, scale_logits, visible_keys
 
 log = logging.getLogger(__name__)
 
@@ -121,11 +122,17 @@ class MultiHeadAttention(nnx.Module):
     ``ablated``: heads whose output is zeroed before the output projection (model/ablation.py).
     ``query_block``: queries attended at a time on ``xla``, 0 for all at once (training);
     evaluation sets it (``eval.query_block``, model/query_blocks.py).
+    ``logit_scaling``: ``none``, ``log_n_scaling`` or ``ssmax`` (its s per head starting at
+    ``ssmax_init``): logits sharpened with the number of keys (positional/length_scaling.py).
     """
 
     def __init__(self, d_model: int, num_heads: int, kind: AttentionKind, *, dtype: Any,
-                 implementation: str, rngs: nnx.Rngs, ablated: tuple[int, ...] = ()):
+                 implementation: str, rngs: nnx.Rngs, ablated: tuple[int, ...] = (),
+                 logit_scaling: str = "none", ssmax_init: float = 0.43):
         self.kind = kind
+        self.logit_scaling = logit_scaling
+        self.ssmax_s = (nnx.Param(jnp.full((num_heads,), ssmax_init, jnp.float32))
+                        if logit_scaling == "ssmax" else None)
         self.num_heads = num_heads
         self.ablated = tuple(ablated)
         self.query_block = 0
@@ -204,6 +211,12 @@ class MultiHeadAttention(nnx.Module):
             with jax.named_scope("positional"):
                 bias = pe.logit_bias(q_BxTxHxD, k_BxSxHxD, q_positions_BxT, k_positions_BxS,
                                      self.kind)
+        if self.logit_scaling != "none":
+            scale = logit_scale(visible_keys(dense_mask(mask)),
+                                None if self.ssmax_s is None else self.ssmax_s[...])
+            q_BxTxHxD, bias = scale_logits(q_BxTxHxD, bias, scale)
+        if self.kind in pe.acts_in:
+            with jax.named_scope("positional"):
                 encoded = pe.explicit_attention(q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias,
                                                 dense_mask(mask), q_positions_BxT,
                                                 k_positions_BxS, self.kind)

@@ -98,7 +98,9 @@ def make_attention(config: ModelConfig, kind: AttentionKind, rngs: nnx.Rngs, sit
     heads ``model.ablated_heads`` zeroes at ``site`` in layer ``index``."""
     return MultiHeadAttention(config.d_model, config.num_heads, kind, dtype=config.compute_dtype,
                               implementation=config.attention_implementation, rngs=rngs,
-                              ablated=config.ablated_by_site().get((site, index), ()))
+                              ablated=config.ablated_by_site().get((site, index), ()),
+                              logit_scaling=config.pe.get("logit_scaling", "none"),
+                              ssmax_init=float(config.pe.get("ssmax_init", 0.43)))
 
 
 def layer_scheme(config: ModelConfig, kinds: frozenset[AttentionKind], rngs: nnx.Rngs,

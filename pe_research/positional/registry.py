@@ -18,6 +18,7 @@ from pe_research.positional.fire import Fire
 from pe_research.positional.fox import Fox
 from pe_research.positional.kerple import KerpleLog, KerplePower
 from pe_research.positional.learned import Learned
+from pe_research.positional.length_scaling import SSMAX_INIT, check_logit_scaling
 from pe_research.positional.nope import NoPE
 from pe_research.positional.pope import PoPE
 from pe_research.positional.randomize import RANDOMIZE_DEFAULTS, check_randomize_config
@@ -53,8 +54,10 @@ SCHEMES: dict[str, type[PositionalScheme]] = {
 # Keys of model.pe that belong to the model, not to any one scheme.
 # ``layers``: () means one scheme everywhere; otherwise a pattern repeated over each stack's
 # layers (``layer_blocks``).
+# ``logit_scaling``: attention sharpened with the number of keys (``length_scaling.py``).
 COMMON_DEFAULTS: dict[str, Any] = {"type": "rope", "combine": "add",
-                                   "randomize": RANDOMIZE_DEFAULTS, "layers": ()}
+                                   "randomize": RANDOMIZE_DEFAULTS, "layers": (),
+                                   "logit_scaling": "none", "ssmax_init": SSMAX_INIT}
 # add: token + position. concat: W [token; position] + b, back to d_model. split: [token; position]
 # with token and position each d_model / 2 wide, no projection (same width, no extra parameters).
 COMBINE_CHOICES = ("add", "concat", "split")
@@ -89,8 +92,10 @@ def check_pe_config(pe: Mapping[str, Any], *, d_model: int, num_heads: int) -> N
         raise ConfigError("model.pe.combine", pe["combine"], f"choose one of {COMBINE_CHOICES}")
     cls.check_config(pe, d_model=d_model, num_heads=num_heads)
     check_randomize_config(pe, cls)
-    for index, block in enumerate(layer_blocks(pe)):
+    blocks = layer_blocks(pe)
+    for index, block in enumerate(blocks):
         check_layer_block(block, index, d_model=d_model, num_heads=num_heads)
+    check_logit_scaling(pe, [cls, *(scheme_class(block["type"]) for block in blocks)])
 
 
 def layer_blocks(pe: Mapping[str, Any]) -> list[dict[str, Any]]:

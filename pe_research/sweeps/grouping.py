@@ -4,8 +4,8 @@ Two grid points go into one program when their members' configs differ only in w
 ``config/stacking.py`` lets members of a program differ in (seed, learning rate, task and its
 lengths), so the program's parameter shapes are one; a program holds at most
 ``members_per_program`` members. ``auto`` takes the cap measured for the device the jobs run
-on (``MEMBERS_PER_PROGRAM``; benchmarks/RESULTS.md, Sweeps); ``point`` (the default) keeps one
-program per grid point.
+on (``MEMBERS_PER_PROGRAM``, measured by benchmarks/sweep_throughput.py); ``point`` (the
+default) keeps one program per grid point.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pe_research.config.stacking import program_key
 from pe_research.core.errors import ConfigError
 from pe_research.sweeps.spec import Point
 
-# Members per program with the most model-steps per second, measured by
-# benchmarks/sweep_throughput.py (CPU: 2 cores; GPU: H200, the default config's 32 members).
+# Members per program with the most model-steps per second (CPU: 2 cores; GPU: H200, the
+# default config's 32 members; figures in docs/performance.md).
 MEMBERS_PER_PROGRAM = {"cpu": 8, "gpu": 32, "tpu": 32}
 CHOICES = ("point", "auto")
 

@@ -1,0 +1,36 @@
+"""pe-research sweep configs/sweeps/length_scaling_copy_cpu.py --workdir runs/length_scaling_copy
+
+Attention sharpened with the number of keys, at CPU scale: plain softmax against log-n scaling
+(Chiang & Cholak 2022) and Scalable-Softmax (Nakanishi 2025), each on NoPE and on RoPE
+(positional/length_scaling.py). Copy strings of length 1-8 over 10 symbols (configs/default.py's
+encoder-decoder: d_model 64, 2+2 layers), 2,000 steps, evaluated at every length up to 32, three
+seeds stacked per grid point. About 20 minutes on a 2-core CPU; the study is
+docs/studies/length_scaling.md.
+"""
+
+from pathlib import Path
+
+from pe_research.config import load_config
+from pe_research.sweeps import Sweep, product
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT = REPO / "configs/default.py"
+
+
+def get_config():
+    config = load_config(DEFAULT, validate=False)
+    config.data.train_lengths = (1, 8)
+    config.data.buckets = (16, 24, 32, 48)
+    config.train.steps = 2000
+    config.train.eval_every = 500
+    config.train.checkpoint_every = 500
+    config.train.eval_lengths = (16, 32)
+    config.eval.lengths = tuple(range(1, 33))
+    config.wandb.group = "length_scaling_copy"
+    return config
+
+
+def sweep():
+    return Sweep(grid=product({"model.pe.type": ["none", "rope"],
+                               "model.pe.logit_scaling": ["none", "log_n_scaling", "ssmax"]}),
+                 seeds=(0, 1, 2))
