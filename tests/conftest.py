@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
+import io
 import os
 import shutil
 import subprocess
@@ -164,6 +166,23 @@ def run_train(workdir: Path, overrides: Sequence[str], *, config: Path = DEFAULT
     if check and result.returncode != 0:
         raise AssertionError(f"pe-research train failed ({result.returncode}):\n"
                              f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
+    return result
+
+
+def train_here(workdir: Path, overrides: Sequence[str], *, config: Path = DEFAULT_CONFIG,
+               check: bool = True) -> subprocess.CompletedProcess:
+    """``pe-research train`` through the CLI's entry point in this process (no Python or JAX
+    start, the session's compiled programs); output captured as ``run_train``'s."""
+    from pe_research.cli.app import main
+
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["train", "--config", str(config), "--workdir", str(workdir), *overrides]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    result = subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+    if check and code != 0:
+        raise AssertionError(f"pe-research train failed ({code}):\n{result.stdout[-3000:]}\n"
+                             f"{result.stderr[-5000:]}")
     return result
 
 

@@ -56,14 +56,32 @@ def _cases(tmp: Path) -> dict[str, tuple[list[str], str, Path]]:
     }
 
 
+def test_user_errors_are_one_line_with_exit_code_2(tmp_path, capsys, monkeypatch):
+    """Every case through the CLI's entry point in this process (what ``pe-research`` runs)."""
+    monkeypatch.delenv("PE_RESEARCH_DEBUG", raising=False)
+    for name, (args, expected, absent) in _cases(tmp_path).items():
+        code = main(["train", *args])
+        out, err = capsys.readouterr()
+        assert code == 2, f"{name}: exit {code}\n{err[-3000:]}"
+        assert len(err.strip().splitlines()) == 1, f"{name}: {err[-3000:]}"
+        assert expected in err and err.startswith("pe-research train: "), f"{name}: {err}"
+        assert not absent.exists(), f"{name}: {absent} was created"
+        assert out == "", f"{name}: {out}"
+
+
+# A config error and an OS error, each in a process of its own: nothing else (an import's
+# warning, a library's log line) reaches the terminal.
+IN_A_PROCESS = ("negative seed", "parent not writable")
+
+
 @pytest.mark.slow
-def test_user_errors_are_one_line_with_exit_code_2(tmp_path):
+def test_the_console_script_prints_only_that_line(tmp_path):
     cases = _cases(tmp_path)
     env = subprocess_env(PE_RESEARCH_DEBUG="")
-    processes = {name: subprocess.Popen([*cli_command(), "train", *args], cwd=REPO, env=env,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    processes = {name: subprocess.Popen([*cli_command(), "train", *cases[name][0]], cwd=REPO,
+                                        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         text=True)
-                 for name, (args, _, _) in cases.items()}
+                 for name in IN_A_PROCESS}
     for name, process in processes.items():
         out, err = process.communicate(timeout=180)
         _, expected, absent = cases[name]

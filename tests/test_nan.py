@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
-from conftest import run_train, tiny_overrides
+from conftest import tiny_overrides, train_here
 from flax import nnx
 
 from pe_research.runs.restore import load_run
@@ -21,7 +21,7 @@ def test_huge_learning_rate_stops_before_checkpointing_nan(tmp_path):
         "train.learning_rate": 1e5, "train.warmup_steps": 0, "train.clip_norm": 0.0,
         "train.steps": 20, "train.checkpoint_every": 2, "train.eval_every": 0,
         "wandb.mode": "disabled"})
-    result = run_train(run_dir, overrides, check=False)
+    result = train_here(run_dir, overrides, check=False)
 
     assert result.returncode == 1, result.stderr[-2000:]
     message = next(line for line in result.stderr.splitlines() if "diverged" in line)
@@ -50,14 +50,14 @@ def test_a_diverged_run_goes_on_from_its_last_good_step_with_a_smaller_learning_
     run_dir = tmp_path / "run"
     good = tiny_overrides(**{"train.steps": 10, "train.checkpoint_every": 5,
                              "train.eval_every": 0, "wandb.mode": "disabled"})
-    run_train(run_dir, good)
+    train_here(run_dir, good)
     longer = [*good, "--config.train.steps=20"]
-    result = run_train(run_dir, [*longer, "--config.train.learning_rate=1e39"], check=False)
+    result = train_here(run_dir, [*longer, "--config.train.learning_rate=1e39"], check=False)
     assert result.returncode == 1
     assert "the last good checkpoint is step 10" in result.stderr
     assert "goes on from it" in result.stderr
 
-    output = run_train(run_dir, [*longer, "--config.train.learning_rate=1e-3"]).stdout
+    output = train_here(run_dir, [*longer, "--config.train.learning_rate=1e-3"]).stdout
     lines = output.splitlines()
     assert f"resuming {run_dir} from step 10 (of 20)" in lines
     assert "train.learning_rate changed from 1e+39 to 0.001 at step 10 (recorded in " \
@@ -81,7 +81,7 @@ def test_infinite_learning_rate_never_saves_non_finite_state(tmp_path):
         "train.learning_rate": 1e39, "train.warmup_steps": 0, "train.clip_norm": 0.0,
         "train.steps": 4, "train.checkpoint_every": 1, "train.eval_every": 0,
         "wandb.mode": "disabled"})
-    result = run_train(run_dir, overrides, check=False)
+    result = train_here(run_dir, overrides, check=False)
 
     assert result.returncode == 1, result.stderr[-2000:]
     message = next(line for line in result.stderr.splitlines() if "diverged" in line)
@@ -90,5 +90,5 @@ def test_infinite_learning_rate_never_saves_non_finite_state(tmp_path):
     assert not [p for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit()]
     assert read_metrics(run_dir)[-1] == {**read_metrics(run_dir)[-1], "step": 1, "diverged": 1}
     assert "starts again" in message
-    run_train(run_dir, [*overrides, "--config.train.learning_rate=1e-3"])
+    train_here(run_dir, [*overrides, "--config.train.learning_rate=1e-3"])
     assert load_run(run_dir, "latest").step == 4

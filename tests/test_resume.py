@@ -9,7 +9,7 @@ import time
 import jax
 import numpy as np
 import pytest
-from conftest import DEFAULT_CONFIG, REPO, cli_command, run_train, subprocess_env, tiny_overrides
+from conftest import DEFAULT_CONFIG, REPO, cli_command, subprocess_env, tiny_overrides, train_here
 from flax import nnx
 
 from pe_research.runs.checkpoint import Checkpointer
@@ -57,10 +57,10 @@ def _kill_after_first_checkpoint(run_dir) -> int:
 @pytest.mark.slow
 def test_killed_and_resumed_run_is_bit_identical(tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    run_train(straight, OVERRIDES)
+    train_here(straight, OVERRIDES)
     killed_at = _kill_after_first_checkpoint(resumed)
     # The same command again: resumes from the latest checkpoint.
-    output = run_train(resumed, OVERRIDES).stdout
+    output = train_here(resumed, OVERRIDES).stdout
     assert f"resuming {resumed} from step {killed_at} (of {TOTAL})" in output.splitlines()
 
     assert killed_at < TOTAL

@@ -13,7 +13,7 @@ import time
 import jax
 import numpy as np
 import pytest
-from conftest import DEFAULT_CONFIG, REPO, cli_command, run_train, subprocess_env, tiny_overrides
+from conftest import DEFAULT_CONFIG, REPO, cli_command, subprocess_env, tiny_overrides, train_here
 from flax import nnx
 
 from pe_research.cli import main
@@ -107,7 +107,7 @@ def test_concurrent_training_is_refused_and_the_first_run_is_unharmed(tmp_path):
     assert first_still_running, "the first run ended before the second could be refused"
     print(f"second trainer refused after {refused_after:.1f} s")
 
-    run_train(lone, overrides)
+    train_here(lone, overrides)
     for a, b in zip(_params(shared), _params(lone), strict=True):
         np.testing.assert_array_equal(a, b)
     strip = lambda records: [{k: v for k, v in r.items() if k != "time" and "per_second" not in k}

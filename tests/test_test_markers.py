@@ -8,7 +8,7 @@ import ast
 import pytest
 from conftest import REPO, TRAINING_FIXTURES
 
-TRAINS = ("train(", "run_train(", "train_ensemble(", "main([")
+TRAINS = ("train(", "run_train(", "train_here(", "train_ensemble(", "main([")
 
 
 def fixtures_that_train() -> set[str]:

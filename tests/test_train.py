@@ -8,7 +8,7 @@ import math
 import jax
 import numpy as np
 import pytest
-from conftest import DEFAULT_CONFIG, run_train, tiny_overrides
+from conftest import DEFAULT_CONFIG, tiny_overrides, train_here
 from flax import nnx
 
 from pe_research import data
@@ -95,8 +95,8 @@ def test_train_command_end_to_end(trained_run):
 
 def test_bad_config_fails_before_compiling(tmp_path):
     run_dir = tmp_path / "run"
-    result = run_train(run_dir, [*tiny_overrides(), "--config.model.pe.type=rotary"],
-                       check=False, timeout=120)
+    result = train_here(run_dir, [*tiny_overrides(), "--config.model.pe.type=rotary"],
+                        check=False)
     assert result.returncode == 2
     assert "model.pe.type='rotary' is invalid: choose one of" in result.stderr
     assert "'rope'" in result.stderr and "Traceback" not in result.stderr
