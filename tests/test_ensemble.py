@@ -84,14 +84,22 @@ def test_members_with_their_own_rates_equal_independent_runs(tmp_path):
 
 @pytest.mark.slow
 def test_members_of_tasks_with_different_vocabularies_equal_independent_runs(tmp_path, capsys):
-    configs = [member_config(seed, task=task) for seed, task in enumerate(TASKS)]
+    """Three tasks of 5, 8 and 13 tokens; the first on plain positions, the others randomized."""
+    def config(seed, task):
+        member = member_config(seed, task=task)
+        if task == TASKS[0]:
+            member.model.pe.randomize.max_position = 0
+        return member
+
+    configs = [config(seed, task) for seed, task in enumerate(TASKS)]
     members = [tmp_path / task for task in TASKS]
     result = train_ensemble(configs, members)
-    assert "3 tasks (vocabularies padded to 13)" in capsys.readouterr().out
+    assert ("3 tasks (vocabularies padded to 13), 1 on plain positions"
+            in capsys.readouterr().out)
     assert result.compilations <= 2 and not result.diverged
     for seed, (task, member) in enumerate(zip(TASKS, members, strict=True)):
         single = tmp_path / f"single_{task}"
-        train(member_config(seed, task=task), single)
+        train(config(seed, task), single)
         assert_same_run(member, single)
         saved = load_run(member, "latest")
         assert saved.task.name == task  # an ordinary run directory of its own task and shapes
@@ -108,7 +116,13 @@ def test_members_may_differ_only_in_what_stacks():
     check_members([member_config(0), member_config(0, task="copy")])  # tasks stack
     longer = member_config(0)
     longer.data.train_lengths = (1, 6)
-    check_members([member_config(0), longer])
+    plain = member_config(0)
+    plain.model.pe.randomize.max_position = 0
+    check_members([member_config(0), longer, plain])  # lengths and plain positions stack
+    wider = member_config(1)
+    wider.model.pe.randomize.max_position = 128
+    with pytest.raises(ConfigError, match="only as 0 .plain positions. and one range"):
+        check_members([member_config(0), wider])
 
 
 def test_members_whose_models_differ_in_shape_beyond_the_vocabulary_are_refused():

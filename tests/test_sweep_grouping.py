@@ -51,3 +51,10 @@ def test_the_cap_is_the_measured_one_for_the_device_the_jobs_get():
     for bad in ("0", "many", -3, True):
         with pytest.raises(ConfigError, match="--members-per-program"):
             check_members_per_program(bad)
+
+
+def test_plain_points_join_a_program_of_one_randomized_range_only(tmp_path):
+    grid = ('[{"model.pe.randomize.max_position": 0}, {"model.pe.randomize.max_position": 64}, '
+            '{"model.pe.randomize.max_position": 128}, {"model.pe.randomize.max_position": 0}]')
+    plan = load_sweep(write_sweep(tmp_path / "s.py", grid=grid))
+    assert group_points(plan.points, [0, 1, 2, 3], 8) == [[0, 1], [2, 3]]

@@ -4,7 +4,9 @@ Members of one program share the model's graph and parameter shapes and the step
 schedule; what is only data, a scalar of the step, or per-member bookkeeping may differ: the
 seed, the peak learning rate, the task (the vocabulary is padded to the widest member's and
 each member's loss is taken over its own tokens: ``training/ensemble.py``), its training and
-evaluation lengths, and the W&B name.
+evaluation lengths, the W&B name, and whether positions are randomized: plain members (range 0)
+train in a program of randomized ones (one range ``M``) on plain positions, from the same keys
+(``randomized_range``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any
 from pe_research.config.files import flat_config
 
 STACKED_KEYS = ("seed", "train.learning_rate", "data.train_lengths", "data.eval_samples",
-                "train.eval_lengths", "eval.lengths", "wandb.name", "wandb.tags")
+                "train.eval_lengths", "eval.lengths", "wandb.name", "wandb.tags",
+                "model.pe.randomize.max_position")
 STACKED_PREFIXES = ("task.",)
 
 
@@ -40,3 +43,15 @@ def first_difference(first: Mapping[str, Any], other: Mapping[str, Any]) -> str 
         if not stacked(key) and a.get(key) != b.get(key):
             return key
     return None
+
+
+def randomized_range(config: Mapping[str, Any]) -> int:
+    """``model.pe.randomize.max_position`` of a nested config dict (0: plain positions)."""
+    return int(((config.get("model") or {}).get("pe") or {}).get("randomize", {})
+               .get("max_position", 0) or 0)
+
+
+def ranges_stack(ranges: list[int]) -> bool:
+    """Whether members of these randomized ranges can share a program: plain ones (0) and at
+    most one range beyond."""
+    return len({r for r in ranges if r}) <= 1

@@ -50,11 +50,20 @@ def batch_positions(pe: Mapping[str, Any], batch: Batch, key: jax.Array, trainin
     return joint[:, :width], joint[:, width:]
 
 
-def forward(model: TokenModel, batch: Batch, key: jax.Array, training: bool) -> jax.Array:
-    """Teacher-forced logits ``[B, T, V]``; dropout only in training."""
+def forward(model: TokenModel, batch: Batch, key: jax.Array, training: bool,
+            plain: jax.Array | None = None) -> jax.Array:
+    """Teacher-forced logits ``[B, T, V]``; dropout only in training. ``plain`` (a traced bool:
+    an ensemble member's own, in a program of randomized positions) takes plain positions
+    where it is True, and leaves every key as it is."""
     position_key, dropout_key = jax.random.split(key)
     source_positions, target_positions = batch_positions(
         model.config.pe, batch, position_key, training, model.config.architecture)
+    if plain is not None:
+        fixed = batch_positions({**model.config.pe, "randomize": {}}, batch, position_key,
+                                training, model.config.architecture)
+        source_positions, target_positions = (
+            jnp.where(plain, own, drawn) for own, drawn in
+            zip(fixed, (source_positions, target_positions), strict=True))
     use_dropout = training and model.config.dropout_rate > 0
     return model(batch["source"], batch["target_input"], source_positions, target_positions,
                  batch["source_mask"], batch["target_mask"],

@@ -26,6 +26,7 @@ from pe_research.positional.rope import RoPE
 from pe_research.positional.scaled_sinusoidal import ScaledSinusoidal
 from pe_research.positional.shaw import Shaw
 from pe_research.positional.sinusoidal import Sinusoidal
+from pe_research.positional.stick_breaking import StickBreaking
 from pe_research.positional.t5 import T5Bias
 from pe_research.positional.transformer_xl import TransformerXL
 from pe_research.positional.xpos import XPos
@@ -49,6 +50,7 @@ SCHEMES: dict[str, type[PositionalScheme]] = {
     "fox": Fox,
     "dape": Dape,
     "pope": PoPE,
+    "stick_breaking": StickBreaking,
 }
 
 # Keys of model.pe that belong to the model, not to any one scheme.

@@ -2,7 +2,8 @@
 
 Two grid points go into one program when their members' configs differ only in what
 ``config/stacking.py`` lets members of a program differ in (seed, learning rate, task and its
-lengths), so the program's parameter shapes are one; a program holds at most
+lengths, plain or randomized positions of one range), so the program's parameter shapes are one;
+a program holds at most
 ``members_per_program`` members. ``auto`` takes the cap measured for the device the jobs run
 on (``MEMBERS_PER_PROGRAM``, measured by benchmarks/sweep_throughput.py); ``point`` (the
 default) keeps one program per grid point.
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pe_research.config.stacking import program_key
+from pe_research.config.stacking import program_key, randomized_range, ranges_stack
 from pe_research.core.errors import ConfigError
 from pe_research.sweeps.spec import Point
 
@@ -70,7 +71,9 @@ def group_points(points: Sequence[Point], indices: Sequence[int], cap: int) -> l
         key = program_key(point.members[0].config)
         size = len(point.members)
         group = open_groups.get(key)
-        if group is not None and sizes[id(group)] + size <= cap:
+        if (group is not None and sizes[id(group)] + size <= cap
+                and ranges_stack([randomized_range(by_index[i].members[0].config)
+                                  for i in (*group, index)])):
             group.append(index)
             sizes[id(group)] += size
             continue

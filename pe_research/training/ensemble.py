@@ -9,10 +9,12 @@ each member draws its own length and all are padded to the largest member's buck
 masked, so a member's numbers do not change; dropout masks do depend on the padded width, so
 with dropout a member matches its single run in distribution, not bit for bit).
 
-Members may differ in what ``config/stacking.py`` lists: seed, peak learning rate, and the task
-with its lengths. Tasks of different vocabularies share the program of the widest one: each
-member's state is padded to it and its loss taken over its own tokens (``padded_vocab.py``), so
-it still trains as its single run does (to rounding) and saves its own shapes.
+Members may differ in what ``config/stacking.py`` lists: seed, peak learning rate, the task with
+its lengths, and plain against randomized positions. Tasks of different vocabularies share the
+program of the widest one: each member's state is padded to it and its loss taken over its own
+tokens (``padded_vocab.py``), so it still trains as its single run does (to rounding) and saves
+its own shapes. Plain members of a randomized program select plain positions from the same
+keys, so they too train as their single runs.
 
 A member that diverges is stopped and reported; the others go on. One process only: a grid is
 spread over hosts by the sweep's SLURM executor, one ensemble per job.
@@ -32,8 +34,14 @@ import ml_collections
 from flax import nnx
 
 from pe_research import data
-from pe_research.config import flat_config, to_dict, validate_config
-from pe_research.config.stacking import STACKED_KEYS, first_difference, stacked
+from pe_research.config import flat_config, from_mapping, to_dict, validate_config
+from pe_research.config.stacking import (
+    STACKED_KEYS,
+    first_difference,
+    randomized_range,
+    ranges_stack,
+    stacked,
+)
 from pe_research.config.validate import steps_per_call
 from pe_research.core.errors import ConfigError
 from pe_research.model import build_model, model_line
@@ -89,6 +97,10 @@ def check_members(configs: Sequence[ml_collections.ConfigDict]) -> None:
             raise ConfigError(key, flat_other.get(key), f"member {index} differs from member 0 "
                               f"({flat_first.get(key)!r}); members of one program may differ "
                               f"only in {', '.join(STACKED_KEYS)} and task.*")
+    ranges = [randomized_range(to_dict(c)) for c in configs]
+    if not ranges_stack(ranges):
+        raise ConfigError("model.pe.randomize.max_position", ranges, "members of one program "
+                          "may differ in it only as 0 (plain positions) and one range")
     runs = [repr([(key, value) for key, value in sorted(flat_config(to_dict(c)).items())
                   if stacked(key) and not key.startswith("wandb.")]) for c in configs]
     if len(set(runs)) != len(runs):
@@ -173,26 +185,34 @@ def _restore_common_step(checkpointers: Sequence[Any], params: Sequence[Any],
 def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
                   cleanup: contextlib.ExitStack) -> EnsembleResult:
     vocab_sizes = [task.vocabulary.size for task in tasks]
+    ranges = [randomized_range(to_dict(config)) for config in configs]
     split = [nnx.split(build_model(config, vocab), nnx.Param, ...)
              for config, vocab in zip(configs, vocab_sizes, strict=True)]
     wide = widest(vocab_sizes)
-    graphdef, _, rest = split[wide]
+    # The program's model: the widest vocabulary, randomized positions if any member has them
+    # (plain members then take plain positions inside it).
+    program = from_mapping(to_dict(configs[wide]))
+    program.model.pe.randomize.max_position = max(ranges)
+    graphdef, _, rest = nnx.split(build_model(program, vocab_sizes[wide]), nnx.Param, ...)
     rates = [float(config.train.learning_rate) for config in configs]
     steps = make_steps(graphdef, rest, configs[wide].train, mesh,
                        [config.seed for config in configs],
                        rates if len(set(rates)) > 1 else None, configs[wide].eval.query_block,
                        ensemble=True,
-                       vocab_sizes=vocab_sizes if len(set(vocab_sizes)) > 1 else None)
+                       vocab_sizes=vocab_sizes if len(set(vocab_sizes)) > 1 else None,
+                       plain_positions=[r == 0 for r in ranges] if len(set(ranges)) > 1
+                       else None)
     on_eval_mesh = replicated(eval_mesh)
     member_params = [jax.device_put(params, on_eval_mesh) for _, params, _ in split]
     member_opt = [steps.optimizer.init(params) for params in member_params]
     # Each member's own shapes: what it saves and restores, and what evaluates it.
     own = [(abstract_like(p, on_eval_mesh), abstract_like(o, on_eval_mesh))
            for p, o in zip(member_params, member_opt, strict=True)]
-    evaluators = {vocab: steps.evaluate_with_key if vocab == vocab_sizes[wide] else
-                  eval_function(split[k][0], split[k][2], configs[k].train,
-                                configs[k].eval.query_block)
-                  for k, vocab in enumerate(vocab_sizes)}
+    own_model = list(zip(vocab_sizes, ranges, strict=True))
+    evaluators = {shape: steps.evaluate_with_key if shape == (vocab_sizes[wide], max(ranges))
+                  else eval_function(split[k][0], split[k][2], configs[k].train,
+                                     configs[k].eval.query_block)
+                  for k, shape in enumerate(own_model)}
     checkpointers = [run_checkpointer(config, run_dir)
                      for config, run_dir in zip(configs, run_dirs, strict=True)]
     for checkpointer in checkpointers:
@@ -218,6 +238,8 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
                                stacked)
     tasks_line = "" if len(set(vocab_sizes)) == 1 else \
         f", {len({t.name for t in tasks})} tasks (vocabularies padded to {max(vocab_sizes)})"
+    if len(set(ranges)) > 1:
+        tasks_line += f", {ranges.count(0)} on plain positions"
     print(f"ensemble of {len(configs)} members{tasks_line} on {mesh.shape[MEMBERS_AXIS]} x "
           f"{mesh.shape[DATA_AXIS]} devices (members x data)", flush=True)
     print(model_line(configs[wide], vocab_sizes[wide], member_params[wide]), flush=True)
@@ -229,7 +251,7 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
                              hparams={**to_dict(config),
                                       "provenance": provenance.environment()})
         cleanup.callback(writer.finish)
-        evaluate_with_key, base_key = evaluators[vocab_sizes[k]], jax.random.key(config.seed)
+        evaluate_with_key, base_key = evaluators[own_model[k]], jax.random.key(config.seed)
         evaluator = PeriodicEvaluator(
             config, task, eval_mesh,
             lambda params, batch, f=evaluate_with_key, key=base_key: f(params, batch, key),

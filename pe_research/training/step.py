@@ -60,13 +60,15 @@ def step_functions(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
     vocab_size=None)``: with a ``learning_rate`` (a traced scalar: an ensemble member's own) the
     schedule peaks there instead of at ``train.learning_rate``; the optimizer state's structure
     does not depend on it. With a ``vocab_size`` (a member's own, below the model's) the loss
-    and metrics are over those tokens only (``padded_vocab``).
+    and metrics are over those tokens only (``padded_vocab``); with ``plain_positions`` True a
+    member of a randomized-positions program trains on plain ones.
     ``eval_step(params, batch, base_key)`` returns summable metric sums.
     """
     predict_eos = bool(train_cfg.get("predict_eos", True))
 
-    def loss_fn(params, batch, key, vocab_size):
-        logits = forward(nnx.merge(graphdef, params, rest), batch, key, training=True)
+    def loss_fn(params, batch, key, vocab_size, plain_positions):
+        logits = forward(nnx.merge(graphdef, params, rest), batch, key, training=True,
+                         plain=plain_positions)
         if vocab_size is not None:
             logits = mask_logits(logits, vocab_size)
         loss = token_cross_entropy(logits, batch["target_output"],
@@ -74,12 +76,12 @@ def step_functions(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
         return loss, logits
 
     def train_step(params, opt_state, batch, step, base_key, learning_rate=None,
-                   vocab_size=None):
+                   vocab_size=None, plain_positions=None):
         member_optimizer = optimizer if learning_rate is None else \
             make_optimizer({**dict(train_cfg), "learning_rate": learning_rate})
         key = jax.random.fold_in(base_key, step)
-        (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, key,
-                                                                          vocab_size)
+        (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            params, batch, key, vocab_size, plain_positions)
         updates, opt_state = member_optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         outputs = Outputs(logits, batch["target_output"], scored_mask(batch, predict_eos))
@@ -190,22 +192,24 @@ def member_keys(seeds: Sequence[int]) -> jax.Array:
 def make_steps(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any], mesh: Mesh,
                seeds: Sequence[int], learning_rates: Sequence[float] | None = None,
                query_block: int = 0, ensemble: bool = False,
-               vocab_sizes: Sequence[int] | None = None) -> Steps:
+               vocab_sizes: Sequence[int] | None = None,
+               plain_positions: Sequence[bool] | None = None) -> Steps:
     """The steps of one run (``seeds`` of one, state replicated on ``mesh``) or, with
     ``ensemble``, of M members at once: ``jax.vmap`` of the single step over a leading member
     axis of state and batches (sharded over the mesh's ``members`` axis); member k draws its
-    keys from ``seeds[k]``, with ``learning_rates`` peaks at ``learning_rates[k]``, and with
-    ``vocab_sizes`` scores its own ``vocab_sizes[k]`` tokens of the model's."""
+    keys from ``seeds[k]``, with ``learning_rates`` peaks at ``learning_rates[k]``, with
+    ``vocab_sizes`` scores its own ``vocab_sizes[k]`` tokens of the model's, and with
+    ``plain_positions`` trains on plain positions where ``plain_positions[k]``."""
     optimizer = make_optimizer(train_cfg)
     train_step, eval_step = step_functions(graphdef, rest, train_cfg, optimizer, query_block)
     same = replicated(mesh)
     if ensemble:
         rates = None if learning_rates is None else jnp.asarray(learning_rates, jnp.float32)
         vocabs = None if vocab_sizes is None else jnp.asarray(vocab_sizes, jnp.int32)
-        stacked_step = jax.vmap(train_step, in_axes=(0, 0, 0, None, 0,
-                                                     None if rates is None else 0,
-                                                     None if vocabs is None else 0))
-        train = CompiledStep(stacked_step, (member_keys(seeds), rates, vocabs),
+        plain = None if plain_positions is None else jnp.asarray(plain_positions, bool)
+        per_member = [None if value is None else 0 for value in (rates, vocabs, plain)]
+        stacked_step = jax.vmap(train_step, in_axes=(0, 0, 0, None, 0, *per_member))
+        train = CompiledStep(stacked_step, (member_keys(seeds), rates, vocabs, plain),
                              member_sharded(mesh), same)
     else:
         train = CompiledStep(train_step, (jax.random.key(int(seeds[0])),), same, same)

@@ -1,4 +1,5 @@
-"""pe-research sweep configs/sweeps/length_scaling_copy_cpu.py --workdir runs/length_scaling_copy
+"""pe-research sweep experiments/studies/length_scaling/length_scaling_copy_cpu.py \
+    --workdir runs/length_scaling_copy
 
 Attention sharpened with the number of keys, at CPU scale: plain softmax against log-n scaling
 (Chiang & Cholak 2022) and Scalable-Softmax (Nakanishi 2025), each on NoPE and on RoPE
@@ -13,7 +14,7 @@ from pathlib import Path
 from pe_research.config import load_config
 from pe_research.sweeps import Sweep, product
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DEFAULT = REPO / "configs/default.py"
 
 
