@@ -15,16 +15,12 @@ from pe_research.config import load_config
 from pe_research.sweeps import Sweep, product
 
 REPO = Path(__file__).resolve().parents[3]
-DEFAULT = REPO / "configs/default.py"
+BASE = REPO / "configs/sweeps/copy_schemes_cpu.py"  # copy 1-8, 2,000 steps, default model
 
 
 def get_config():
-    config = load_config(DEFAULT, validate=False)
-    config.data.train_lengths = (1, 8)
+    config = load_config(BASE, validate=False)
     config.data.buckets = (16, 24, 32, 48)
-    config.train.steps = 2000
-    config.train.eval_every = 500
-    config.train.checkpoint_every = 500
     config.train.eval_lengths = (16, 32)
     config.eval.lengths = tuple(range(1, 33))
     config.wandb.group = "length_scaling_copy"
