@@ -146,10 +146,17 @@ def test_position_terms_of_a_post_ln_first_layer_match_the_formula():
 
 
 def attention_from_terms(site, terms) -> np.ndarray:
-    """The layer's output rebuilt from its terms: softmax(sum / sqrt(D)) . v, projected."""
+    """The layer's output rebuilt from its terms: softmax(sum / sqrt(D)) . v (stick-breaking:
+    its weights . v, plus the leftover weight on the query's own value), projected."""
     attention, x = site.attention, site.seen.total
-    probs = attention_weights(terms, site.mask, attention.head_dim)
-    return attention.output(weighted_values(probs, attention.value(x)))
+    probs = attention_weights(terms, site.mask, attention.head_dim, site.scheme, attention.kind)
+    values = attention.value(x)
+    out = weighted_values(probs, values)
+    if site.scheme.name == "stick_breaking" and attention.kind in site.scheme.acts_in:
+        own = jnp.max(jnp.where(site.mask, jnp.arange(site.mask.shape[-1]), 0), axis=-1)
+        own_value = jnp.take_along_axis(values, own[:, :, None, None], axis=1)
+        out = out + jnp.moveaxis(1 - probs.sum(-1), 1, 2)[..., None] * own_value
+    return attention.output(out)
 
 
 ARCHITECTURE_CASES = [(scheme, "encoder_decoder") for scheme in sorted(SCHEMES)] + [

@@ -24,9 +24,11 @@ All terms are in unscaled dot-product units, and they sum to sqrt(head_dim) time
 softmax receives (before masking), for every scheme. PoPE's transformed queries and keys are
 twice as wide; its ``qk_transform`` is taken over that width, with the same 1/sqrt(head_dim).
 Shaw with value embeddings also adds a value term to the attention output, which is not a
-logit; such layers carry a ``note`` saying so.
+logit; such layers carry a ``note`` saying so (as do stick-breaking's, whose leftover weight goes
+to the query's own value).
 
-The softmax of the terms' sum over sqrt(head_dim), masked, is the layer's attention weights:
+The softmax of the terms' sum over sqrt(head_dim), masked, is the layer's attention weights
+(stick-breaking's own rule where it acts, ``PositionalScheme.attention_weights``):
 ``attention_weights``, with the distance each head attends over and its entropy.
 """
 
@@ -119,10 +121,14 @@ def attention_terms(site: AttentionSite) -> dict[str, jax.Array]:
     return {name: jnp.broadcast_to(t, shape) for name, t in terms.items()}
 
 
-def attention_weights(terms: dict[str, Any], mask_BxTxS: Any, head_dim: int) -> jax.Array:
-    """The layer's softmax weights ``[B, H, T, S]``: the terms sum to sqrt(head_dim) x logits."""
+def attention_weights(terms: dict[str, Any], mask_BxTxS: Any, head_dim: int,
+                      scheme: Any = None, kind: Any = None) -> jax.Array:
+    """The layer's weights ``[B, H, T, S]``: the terms sum to sqrt(head_dim) x logits; the
+    masked softmax of them, or ``scheme``'s own rule in ``kind`` (stick-breaking's)."""
     logits = sum(jnp.asarray(t, jnp.float32) for t in terms.values()) / math.sqrt(head_dim)
-    return masked_softmax(logits, jnp.asarray(mask_BxTxS, bool))
+    mask = jnp.asarray(mask_BxTxS, bool)
+    return masked_softmax(logits, mask) if scheme is None else \
+        scheme.attention_weights(logits, mask, kind)
 
 
 def weight_statistics(weights_BxHxTxS: Any, mask_BxTxS: Any) -> dict[str, list[float]]:
@@ -141,7 +147,8 @@ def weight_statistics(weights_BxHxTxS: Any, mask_BxTxS: Any) -> dict[str, list[f
 
 
 VALUE_TERM_NOTE = ("the scheme also adds a value term to the attention output (Shaw's "
-                   "sum_j a_ij w^V[r_ij]); the logit terms are complete")
+                   "sum_j a_ij w^V[r_ij], stick-breaking's leftover weight on the query's own "
+                   "value); the logit terms are complete")
 
 
 def term_statistics(terms: dict[str, jax.Array], mask_BxTxS: jax.Array) -> dict[str, Any]:
@@ -254,7 +261,8 @@ def decompose(model: TokenModel, batch: dict[str, Any], example: int = 0, *,
         order = [*(n for n in TERM_ORDER if n in terms), *(n for n in terms if n not in TERM_ORDER)]
         terms = {name: np.asarray(terms[name]) for name in order}
         mask, (start, end) = np.asarray(mask), windows[stack]
-        weights = np.asarray(attention_weights(terms, mask, attention.head_dim))
+        weights = np.asarray(attention_weights(terms, mask, attention.head_dim, scheme,
+                                               attention.kind))
         value_term = attention.kind in scheme.acts_in and scheme.adds_value_term
         results.append({
             "name": f"{stack}_self/layer_{layer}",

@@ -27,6 +27,7 @@ import jax
 from flax import nnx
 
 from pe_research.core.errors import ConfigError
+from pe_research.positional.explicit_attention import masked_softmax
 
 
 class AttentionKind(enum.Enum):
@@ -127,6 +128,12 @@ class PositionalScheme(nnx.Module):
     ) -> jax.Array | None:
         """The attention output ``[B, T, H, D]`` computed by the scheme, or None (fused path)."""
         return None
+
+    def attention_weights(self, logits_BxHxTxS: jax.Array, mask_BxTxS: jax.Array,
+                          kind: AttentionKind) -> jax.Array:
+        """The weights ``[B, H, T, S]`` its attention puts on each key, from the full logits:
+        the masked softmax (stick-breaking has its own rule); for the attention decomposition."""
+        return masked_softmax(logits_BxHxTxS, mask_BxTxS)
 
     @property
     def uses_fused_attention(self) -> bool:

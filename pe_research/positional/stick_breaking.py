@@ -90,6 +90,12 @@ class StickBreaking(PositionalScheme):
         require(isinstance(pe["attend_current"], bool), "model.pe.attend_current",
                 pe["attend_current"], "true or false")
 
+    def attention_weights(self, logits_BxHxTxS, mask_BxTxS, kind):
+        """Stick-breaking weights where it acts (the leftover is the value term), else softmax."""
+        if kind not in self.acts_in:
+            return super().attention_weights(logits_BxHxTxS, mask_BxTxS, kind)
+        return stick_breaking_weights(logits_BxHxTxS, mask_BxTxS, self.attend_current)[0]
+
     def explicit_attention(self, q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias_BxHxTxS, mask_BxTxS,
                            q_positions_BxT, k_positions_BxS, kind):
         return stick_breaking_attention(q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias_BxHxTxS,
