@@ -25,6 +25,7 @@ from pe_research.analysis.vectors import input_parts
 from pe_research.model import SingleStackTransformer
 from pe_research.positional import SCHEMES
 from pe_research.positional.explicit_attention import weighted_values
+from pe_research.positional.stick_breaking import own_slots
 
 
 def tiny_batch(seed: int = 0, batch: int = 2, source_len: int = 7, target_len: int = 6):
@@ -153,8 +154,7 @@ def attention_from_terms(site, terms) -> np.ndarray:
     values = attention.value(x)
     out = weighted_values(probs, values)
     if site.scheme.name == "stick_breaking" and attention.kind in site.scheme.acts_in:
-        own = jnp.max(jnp.where(site.mask, jnp.arange(site.mask.shape[-1]), 0), axis=-1)
-        own_value = jnp.take_along_axis(values, own[:, :, None, None], axis=1)
+        own_value = jnp.take_along_axis(values, own_slots(site.mask)[:, :, None, None], axis=1)
         out = out + jnp.moveaxis(1 - probs.sum(-1), 1, 2)[..., None] * own_value
     return attention.output(out)
 

@@ -17,7 +17,12 @@ from pe_research.model.masks import PrefixMask, dense_mask
 from pe_research.model.query_blocks import in_query_blocks
 from pe_research.positional.base import AttentionKind, PositionalScheme
 from pe_research.positional.explicit_attention import attention
-from pe_research.positional.length_scaling import logit_scale, scale_logits, visible_keys
+from pe_research.positional.length_scaling import (
+    SSMAX_INIT,
+    logit_scale,
+    scale_logits,
+    visible_keys,
+)
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +133,7 @@ class MultiHeadAttention(nnx.Module):
 
     def __init__(self, d_model: int, num_heads: int, kind: AttentionKind, *, dtype: Any,
                  implementation: str, rngs: nnx.Rngs, ablated: tuple[int, ...] = (),
-                 logit_scaling: str = "none", ssmax_init: float = 0.43):
+                 logit_scaling: str = "none", ssmax_init: float = SSMAX_INIT):
         self.kind = kind
         self.logit_scaling = logit_scaling
         self.ssmax_s = (nnx.Param(jnp.full((num_heads,), ssmax_init, jnp.float32))

@@ -12,6 +12,7 @@ from pe_research.model.ablation import SINGLE_STACK_SITE
 from pe_research.model.attention import MultiHeadAttention
 from pe_research.model.config import ModelConfig
 from pe_research.positional.base import CROSS, DECODER_SELF, ENCODER_SELF, AttentionKind
+from pe_research.positional.length_scaling import SSMAX_INIT
 from pe_research.positional.registry import (
     build_scheme,
     default_pe_config,
@@ -100,7 +101,7 @@ def make_attention(config: ModelConfig, kind: AttentionKind, rngs: nnx.Rngs, sit
                               implementation=config.attention_implementation, rngs=rngs,
                               ablated=config.ablated_by_site().get((site, index), ()),
                               logit_scaling=config.pe.get("logit_scaling", "none"),
-                              ssmax_init=float(config.pe.get("ssmax_init", 0.43)))
+                              ssmax_init=float(config.pe.get("ssmax_init", SSMAX_INIT)))
 
 
 def layer_scheme(config: ModelConfig, kinds: frozenset[AttentionKind], rngs: nnx.Rngs,

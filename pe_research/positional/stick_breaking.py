@@ -34,12 +34,17 @@ from pe_research.positional.explicit_attention import heads_first_product, scale
 MASKED_LOG = -1e5  # the reference's log weight of an invisible key: exp() of it is 0
 
 
+def own_slots(mask_BxTxS: jax.Array) -> jax.Array:
+    """Each query's own key slot ``[B, T]``: its last visible key (keys in causal order)."""
+    return jnp.max(jnp.where(mask_BxTxS, jnp.arange(mask_BxTxS.shape[-1]), 0), axis=-1)
+
+
 def stick_breaking_weights(logits_BxHxTxS: jax.Array, mask_BxTxS: jax.Array,
                            attend_current: bool = False) -> tuple[jax.Array, jax.Array]:
     """(``A`` ``[B, H, T, S]``, the leftover ``1 - sum_j A_ij`` ``[B, H, T]``) for keys in
     causal order along S; query i's own slot is its last visible key."""
     keys = jnp.arange(mask_BxTxS.shape[-1])
-    own = jnp.max(jnp.where(mask_BxTxS, keys, 0), axis=-1)  # [B, T]
+    own = own_slots(mask_BxTxS)
     visible = mask_BxTxS if attend_current else mask_BxTxS & (keys < own[..., None])
     visible = visible[:, None]  # [B, 1, T, S]
     logits = logits_BxHxTxS.astype(jnp.float32)
@@ -60,10 +65,9 @@ def stick_breaking_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxH
     if bias_BxHxTxS is not None:
         logits = logits + bias_BxHxTxS
     weights, leftover = stick_breaking_weights(logits, mask_BxTxS, attend_current)
-    keys = jnp.arange(mask_BxTxS.shape[-1])
-    own = jnp.max(jnp.where(mask_BxTxS, keys, 0), axis=-1)  # [B, T]
     values = v_BxSxHxD.astype(jnp.float32)
-    own_value = jnp.take_along_axis(values, own[:, :, None, None], axis=1)  # [B, T, H, D]
+    own_value = jnp.take_along_axis(values, own_slots(mask_BxTxS)[:, :, None, None],
+                                    axis=1)  # [B, T, H, D]
     out = heads_first_product(weights, values) + jnp.moveaxis(leftover, 1, 2)[..., None] * own_value
     return out.astype(q_BxTxHxD.dtype)
 

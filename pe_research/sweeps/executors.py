@@ -126,9 +126,8 @@ def submit(sweep_dir: SweepDir, groups: Sequence[Sequence[int]], settings: Mappi
                                       **requeues)
     submitter.update_parameters(**slurm_parameters(settings, cluster, jobs,
                                                    f"sweep_{sweep_dir.root.name}"))
-    submitted = submitter.map_array(
-        PointJob(), [str(sweep_dir.root)] * len(groups),
-        [group[0] if len(group) == 1 else list(group) for group in groups])
+    submitted = submitter.map_array(PointJob(), [str(sweep_dir.root)] * len(groups),
+                                    [list(group) for group in groups])
     record_jobs(sweep_dir, {index: job.job_id for group, job in
                             zip(groups, submitted, strict=True) for index in group})
     return submitted

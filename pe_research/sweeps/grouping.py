@@ -3,10 +3,9 @@
 Two grid points go into one program when their members' configs differ only in what
 ``config/stacking.py`` lets members of a program differ in (seed, learning rate, task and its
 lengths, plain or randomized positions of one range), so the program's parameter shapes are one;
-a program holds at most
-``members_per_program`` members. ``auto`` takes the cap measured for the device the jobs run
-on (``MEMBERS_PER_PROGRAM``, measured by benchmarks/sweep_throughput.py); ``point`` (the
-default) keeps one program per grid point.
+a program holds at most ``members_per_program`` members. ``auto`` takes the cap measured for the
+device the jobs run on (``MEMBERS_PER_PROGRAM``, measured by benchmarks/sweep_throughput.py);
+``point`` (the default) keeps one program per grid point.
 """
 
 from __future__ import annotations
@@ -63,21 +62,18 @@ def group_points(points: Sequence[Point], indices: Sequence[int], cap: int) -> l
     by_index = {point.index: point for point in points}
     if cap <= 0:
         return [[index] for index in indices]
-    open_groups: dict[str, list[int]] = {}
-    sizes: dict[int, int] = {}
+    open_groups: dict[str, list[int]] = {}  # the last group of each program key
     groups: list[list[int]] = []
     for index in indices:
-        point = by_index[index]
-        key = program_key(point.members[0].config)
-        size = len(point.members)
+        key = program_key(by_index[index].members[0].config)
         group = open_groups.get(key)
-        if (group is not None and sizes[id(group)] + size <= cap
-                and ranges_stack([randomized_range(by_index[i].members[0].config)
-                                  for i in (*group, index)])):
-            group.append(index)
-            sizes[id(group)] += size
-            continue
-        group = [index]
-        groups.append(group)
-        open_groups[key], sizes[id(group)] = group, size
+        if group is not None:
+            candidate = [*group, index]
+            members = sum(len(by_index[i].members) for i in candidate)
+            ranges = [randomized_range(by_index[i].members[0].config) for i in candidate]
+            if members <= cap and ranges_stack(ranges):
+                group.append(index)
+                continue
+        open_groups[key] = [index]
+        groups.append(open_groups[key])
     return groups
