@@ -24,8 +24,7 @@ from pe_research.analysis.streams import Split, split_layer_norm, trace_encoder
 from pe_research.analysis.vectors import input_parts
 from pe_research.model import SingleStackTransformer
 from pe_research.positional import SCHEMES
-from pe_research.positional.explicit_attention import weighted_values
-from pe_research.positional.stick_breaking import own_slots
+from pe_research.positional.explicit_attention import own_slots, weighted_values
 
 
 def tiny_batch(seed: int = 0, batch: int = 2, source_len: int = 7, target_len: int = 6):

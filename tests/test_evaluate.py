@@ -165,12 +165,19 @@ def test_eight_devices_in_a_fresh_process_give_the_same_numbers(run_copy, one_de
     assert [r[0] for r in logged["data"]] == list(LENGTHS)
 
 
-def test_rope_scaling_override_changes_positions_not_weights(run_copy, one_device):
+@pytest.mark.parametrize("setting", [
+    ("--config.model.pe.scaling.factor=2", "--config.model.pe.scaling.type=pi"),
+    ("--config.model.pe.self_extend.group_size=2",
+     "--config.model.pe.self_extend.neighbor_window=3"),
+    ("--config.model.pe.attention_sinks.window=4",)], ids=["pi", "self_extend", "sinks"])
+def test_rope_test_time_settings_change_positions_not_weights(run_copy, one_device, setting):
     run, result = one_device[0], one_device[-1]
-    scaled = load_run(run_copy, "latest", ["--config.model.pe.scaling.type=pi",
-                                           "--config.model.pe.scaling.factor=2"],
-                      mesh=run.mesh)
-    assert scaled.config.model.pe.scaling.type == "pi"
+    scaled = load_run(run_copy, "latest", list(setting), mesh=run.mesh)
+    key, value = setting[-1].removeprefix("--config.").split("=")
+    node = scaled.config
+    for part in key.split("."):
+        node = node[part]
+    assert str(node) == value
     for a, b in zip(jax.tree.leaves(scaled.params), jax.tree.leaves(run.params), strict=True):
         np.testing.assert_array_equal(a, b)
     row = evaluate_run(scaled, (12,)).rows[0]

@@ -77,10 +77,16 @@ def write_results(run: LoadedRun, result: EvalResult, name: str = DEFAULT_EVAL_N
 
 
 def result_title(record: Mapping[str, Any]) -> str:
-    """The figure title of an evaluation record: task, scheme, scaling, step, samples."""
-    scaling = record["pe"].get("scaling", {}).get("type", "none")
-    return (f"{record['task']['name']}, pe={record['pe']['type']}"
-            f"{'' if scaling == 'none' else f' (scaling {scaling})'}, step {record['step']}, "
+    """The figure title of an evaluation record: task, scheme, test-time setting, step,
+    samples."""
+    pe = record["pe"]
+    settings = [f"scaling {pe.get('scaling', {}).get('type', 'none')}"]
+    settings += [name for name, key in (("self_extend", "group_size"),
+                                        ("attention_sinks", "window"))
+                 if pe.get(name, {}).get(key)]
+    shown = ", ".join(s for s in settings if s != "scaling none")
+    return (f"{record['task']['name']}, pe={pe['type']}"
+            f"{f' ({shown})' if shown else ''}, step {record['step']}, "
             f"{_samples(record['rows'])} samples/length")
 
 

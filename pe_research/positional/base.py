@@ -68,6 +68,9 @@ class PositionalScheme(nnx.Module):
     # True when ``transform_qk`` only appends per-key values the scheme's own hooks read, so
     # that the decoding cache holds them, and leaves q . k as it is (FoX's log forget gates).
     transform_carries_key_state: ClassVar[bool] = False
+    # True when ``explicit_attention`` is softmax(q . k / sqrt(D) + bias) . v over the queries and
+    # keys it is given (RoPE's test-time extensions), so that a logit scaling reaches every term.
+    own_attention_is_q_dot_k: ClassVar[bool] = False
 
     def __init__(self, pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs):
         self.d_model = d_model

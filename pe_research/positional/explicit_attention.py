@@ -29,6 +29,12 @@ def heads_first_product(weights_BxHxTxS: jax.Array, rows_BxSxHxD: jax.Array) -> 
     return _heads_first(jnp.einsum("bhts,bhsd->bhtd", weights_BxHxTxS, _heads_first(rows_BxSxHxD)))
 
 
+def own_slots(mask_BxTxS: jax.Array) -> jax.Array:
+    """Each query's own key slot ``[B, T]``: its last visible key (causal attention, each row's
+    real keys contiguous, so a query's last visible key is itself)."""
+    return jnp.max(jnp.where(mask_BxTxS, jnp.arange(mask_BxTxS.shape[-1]), 0), axis=-1)
+
+
 def scaled_logits(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array) -> jax.Array:
     """``q . k / sqrt(D)`` as float32 ``[B, H, T, S]``."""
     scale = 1.0 / np.sqrt(q_BxTxHxD.shape[-1])

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from pe_research.positional.base import DECODER_SELF, PositionalScheme, require
-from pe_research.positional.explicit_attention import attention
+from pe_research.positional.explicit_attention import attention, own_slots
 
 
 def forget_bias(log_forget_BxSxH: jax.Array, mask_BxTxS: jax.Array) -> jax.Array:
@@ -47,8 +47,7 @@ def forget_bias(log_forget_BxSxH: jax.Array, mask_BxTxS: jax.Array) -> jax.Array
     visible key is i itself.
     """
     through_key = jnp.cumsum(log_forget_BxSxH.astype(jnp.float32), axis=1)  # c_j  [B, S, H]
-    keys = jnp.arange(mask_BxTxS.shape[-1])
-    last = jnp.max(jnp.where(mask_BxTxS, keys, 0), axis=-1)  # [B, T]: the query's own slot
+    last = own_slots(mask_BxTxS)  # [B, T]
     through_query = jnp.take_along_axis(through_key, last[..., None], axis=1)  # [B, T, H]
     return (jnp.moveaxis(through_query, -1, 1)[..., None]
             - jnp.moveaxis(through_key, -1, 1)[:, :, None, :])

@@ -46,7 +46,8 @@ def check_logit_scaling(pe: Mapping[str, Any], schemes: list[type[PositionalSche
     if scaling == "none":
         return
     for cls in schemes:
-        if cls.explicit_attention is not PositionalScheme.explicit_attention:
+        if (cls.explicit_attention is not PositionalScheme.explicit_attention
+                and not cls.own_attention_is_q_dot_k):
             raise ConfigError("model.pe.logit_scaling", scaling,
                               f"scheme {cls.name!r} computes its own attention, which a "
                               "logit scaling does not reach; use it with a scheme on the fused "

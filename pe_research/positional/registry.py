@@ -20,6 +20,7 @@ from pe_research.positional.kerple import KerpleLog, KerplePower
 from pe_research.positional.learned import Learned
 from pe_research.positional.length_scaling import SSMAX_INIT, check_logit_scaling
 from pe_research.positional.nope import NoPE
+from pe_research.positional.path import PaTH
 from pe_research.positional.pope import PoPE
 from pe_research.positional.randomize import RANDOMIZE_DEFAULTS, check_randomize_config
 from pe_research.positional.rope import RoPE
@@ -51,6 +52,7 @@ SCHEMES: dict[str, type[PositionalScheme]] = {
     "dape": Dape,
     "pope": PoPE,
     "stick_breaking": StickBreaking,
+    "path": PaTH,
 }
 
 # Keys of model.pe that belong to the model, not to any one scheme.

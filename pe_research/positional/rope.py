@@ -7,6 +7,9 @@ so q_m . k_n depends on m - n only. Acts in: encoder self and decoder self atten
 
 ``model.pe.scaling`` selects a test-time frequency scaling (PI, NTK-aware, YaRN) for evaluating
 beyond the trained length; see ``rope_scaling`` for the formulas. The default is ``none``.
+``model.pe.self_extend`` and ``model.pe.attention_sinks`` are test-time extensions that change
+which keys a query sees and at which distance, in causal self-attention (``rope_extension``);
+with one set, that attention is written out instead of fused.
 
 Three options restrict the rotation (defaults: full RoPE):
 
@@ -37,7 +40,14 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from pe_research.positional.base import SELF_ATTENTION, PositionalScheme, require
+from pe_research.positional.base import DECODER_SELF, SELF_ATTENTION, PositionalScheme, require
+from pe_research.positional.explicit_attention import masked_softmax, weighted_values
+from pe_research.positional.rope_extension import (
+    DEFAULT_ATTENTION_SINKS,
+    DEFAULT_SELF_EXTEND,
+    ContextExtension,
+    extended_logits,
+)
 from pe_research.positional.rope_scaling import (
     DEFAULT_SCALING,
     RopeScaling,
@@ -102,6 +112,7 @@ class RoPE(PositionalScheme):
     name = "rope"
     acts_in = SELF_ATTENTION
     relative = True
+    own_attention_is_q_dot_k = True  # a test-time extension's attention: logit scaling reaches it
 
     def __init__(self, pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs):
         super().__init__(pe, d_model=d_model, num_heads=num_heads, rngs=rngs)
@@ -110,11 +121,14 @@ class RoPE(PositionalScheme):
         self.rotated = rotated_width(self.head_dim, float(pe.get("rotary_fraction", 1.0)))
         self.dropped = float(pe.get("drop_lowest_frequencies", 0.0))
         self.hope_train_length = int(pe.get("hope_train_length", 0))
+        self.extension = ContextExtension.from_pe(pe)
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:
         return {"max_wavelength": 10_000.0, "scaling": dict(DEFAULT_SCALING),
-                "rotary_fraction": 1.0, "drop_lowest_frequencies": 0.0, "hope_train_length": 0}
+                "rotary_fraction": 1.0, "drop_lowest_frequencies": 0.0, "hope_train_length": 0,
+                "self_extend": dict(DEFAULT_SELF_EXTEND),
+                "attention_sinks": dict(DEFAULT_ATTENTION_SINKS)}
 
     @classmethod
     def check_config(cls, pe: Mapping[str, Any], *, d_model: int, num_heads: int) -> None:
@@ -142,6 +156,7 @@ class RoPE(PositionalScheme):
                 "model.pe.hope_train_length", train_length,
                 "0 (HoPE off) or the training length in positions, at least 7 (below 2 pi no "
                 "RoPE frequency completes a period and nothing would rotate)")
+        ContextExtension.from_pe(pe)
 
     def rotation_angles(self, positions: jax.Array) -> jax.Array:
         """Angles ``[B, T, R/2]`` from the (possibly scaled) frequencies of an R-wide RoPE."""
@@ -155,10 +170,36 @@ class RoPE(PositionalScheme):
             angles = jnp.where(hope_keeps(inverse, self.hope_train_length), angles, 0.0)
         return drop_lowest(angles, self.dropped) if self.dropped else angles
 
+    def rotate_at(self, x_BxTxHxD: jax.Array, positions_BxT: jax.Array) -> jax.Array:
+        """``x`` rotated at ``positions`` (and scaled by YaRN's temperature, whose square the
+        logits grow by)."""
+        x = rotate_part(x_BxTxHxD, self.rotation_angles(positions_BxT))
+        scale = attention_scale(self.scaling)
+        return x if scale == 1.0 else (x * scale).astype(x.dtype)
+
+    def extends(self, kind) -> bool:
+        """Whether a test-time extension acts in attention of ``kind`` (causal only)."""
+        return self.extension.active and kind is DECODER_SELF
+
+    @property
+    def uses_fused_attention(self) -> bool:
+        return not self.extension.active
+
     def transform_qk(self, q_BxTxHxD, k_BxSxHxD, q_positions_BxT, k_positions_BxS, kind):
-        q = rotate_part(q_BxTxHxD, self.rotation_angles(q_positions_BxT))
-        k = rotate_part(k_BxSxHxD, self.rotation_angles(k_positions_BxS))
-        scale = attention_scale(self.scaling)  # YaRN's temperature: logits grow by scale^2
-        if scale != 1.0:
-            q, k = (q * scale).astype(q.dtype), (k * scale).astype(k.dtype)
-        return q, k
+        """Rotated queries and keys; unrotated where an extension rotates them per key pair."""
+        if self.extends(kind):
+            return q_BxTxHxD, k_BxSxHxD
+        return (self.rotate_at(q_BxTxHxD, q_positions_BxT),
+                self.rotate_at(k_BxSxHxD, k_positions_BxS))
+
+    def explicit_attention(self, q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias_BxHxTxS, mask_BxTxS,
+                           q_positions_BxT, k_positions_BxS, kind):
+        """Self-Extend's or the sinks' attention where one is set, else None (fused)."""
+        if not self.extends(kind):
+            return None
+        logits, mask = extended_logits(self.rotate_at, q_BxTxHxD, k_BxSxHxD, q_positions_BxT,
+                                       k_positions_BxS, mask_BxTxS, self.extension)
+        if bias_BxHxTxS is not None:
+            logits = logits + bias_BxHxTxS
+        probs = masked_softmax(logits, mask)
+        return weighted_values(probs, v_BxSxHxD).astype(q_BxTxHxD.dtype)

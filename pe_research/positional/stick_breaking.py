@@ -29,14 +29,13 @@ import jax
 import jax.numpy as jnp
 
 from pe_research.positional.base import DECODER_SELF, PositionalScheme, require
-from pe_research.positional.explicit_attention import heads_first_product, scaled_logits
+from pe_research.positional.explicit_attention import (
+    heads_first_product,
+    own_slots,
+    scaled_logits,
+)
 
 MASKED_LOG = -1e5  # the reference's log weight of an invisible key: exp() of it is 0
-
-
-def own_slots(mask_BxTxS: jax.Array) -> jax.Array:
-    """Each query's own key slot ``[B, T]``: its last visible key (keys in causal order)."""
-    return jnp.max(jnp.where(mask_BxTxS, jnp.arange(mask_BxTxS.shape[-1]), 0), axis=-1)
 
 
 def stick_breaking_weights(logits_BxHxTxS: jax.Array, mask_BxTxS: jax.Array,

@@ -42,7 +42,8 @@ CHECKPOINT_CHOICES = ("best", "latest")
 # model.pe.randomize.max_position is the range test positions are drawn from (a learned table
 # still bounds it): moving it tests where in the range a randomized model's heads look.
 # model.pe.randomize.eval_per is how many position draws the test examples are scored on.
-EVAL_SAFE_KEYS = ("model.pe.scaling", "model.pe.randomize.eval_policy",
+EVAL_SAFE_KEYS = ("model.pe.scaling", "model.pe.self_extend", "model.pe.attention_sinks",
+                  "model.pe.randomize.eval_policy",
                   "model.pe.randomize.eval_per", "model.pe.randomize.max_position",
                   "model.pe.max_distance", "model.ablated_heads", "model.dtype",
                   "model.attention_implementation", "data.buckets", "data.eval_samples",

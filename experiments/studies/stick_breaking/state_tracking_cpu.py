@@ -32,6 +32,7 @@ def get_config():
 
 
 def sweep():
-    return Sweep(grid=product({"model.pe.type": ["stick_breaking", "rope", "none"],
-                               "task.name": ["parity_check", "cycle_navigation"]}),
+    return Sweep(grid=product({"model.pe.type": ["stick_breaking", "path", "rope", "none"],
+                               "task.name": ["parity_check", "modular_arithmetic",
+                                             "cycle_navigation"]}),
                  seeds=(0, 1, 2), members_per_program="auto")
