@@ -25,7 +25,7 @@ def test_registry_holds_the_benchmark_suite_and_extras():
         "duplicate_string", "missing_duplicate_string", "odds_first", "binary_addition",
         "binary_multiplication", "compute_sqrt", "bucket_sort"}
     assert {"copy", "sort", "addition", "selective_copy", "scan", "text"} <= set(TASKS)
-    assert len(GENERATED_TASKS) == 19
+    assert len(GENERATED_TASKS) == 20
     for name in GENERATED_TASKS:
         assert "Example" in TASKS[name].__doc__ and "->" in TASKS[name].__doc__, name
 

@@ -13,6 +13,7 @@ from pe_research.tasks.cs import BucketSort, DuplicateString, MissingDuplicateSt
 from pe_research.tasks.dcf import ReverseString, StackManipulation
 from pe_research.tasks.decimal_addition import DecimalAddition
 from pe_research.tasks.language_model import LanguageModel
+from pe_research.tasks.passkey import Passkey
 from pe_research.tasks.regular import CycleNavigation, EvenPairs, ModularArithmetic, ParityCheck
 from pe_research.tasks.scan import ScanTask
 from pe_research.tasks.sequences import Copy, SelectiveCopy, Sort
@@ -43,6 +44,7 @@ TASKS: dict[str, type[Task]] = {
     "sort": Sort,
     "selective_copy": SelectiveCopy,
     "addition": DecimalAddition,
+    "passkey": Passkey,
     # text
     "scan": ScanTask,
     "text": TextSeq2SeqTask,
