@@ -21,7 +21,7 @@ import numpy as np
 from pe_research.evaluation.depth_grid import depth_grid, plot_depth_grids
 
 TRAIN_LENGTH = 48  # filler characters; about 64 positions with the key, SEP and the answer
-LENGTHS = (16, 32, 48, 64, 96, 128, 192, 256)
+LENGTHS = (24, 48, 96, 160, 256)
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 # RoPE's settings for 256 filler characters (about 4x the trained sequence): PI and YaRN at
 # factor 4; Self-Extend by its authors' rule W + (N - W) / G within about 0.6 of the trained

@@ -1,11 +1,11 @@
 """pe-research sweep experiments/studies/passkey/passkey_cpu.py --workdir runs/passkey
 
 Passkey retrieval (tasks/passkey.py, the tiny format: a 5-digit key at a random depth in the
-authors' filler) at CPU scale: the decoder-only causal LM of configs/sweeps/nope_decoder_only_cpu.py
-(4 layers, d_model 64, 4 heads) trained on 1-48 filler characters for 2,000 steps, RoPE, ALiBi
-and NoPE, three seeds each (a scheme's seeds in one program). Scored on a length x depth grid,
-RoPE also under its test-time extensions, by experiments/studies/passkey/depth_grid.py. About
-15 minutes of training on a 2-core CPU; the study is docs/studies/passkey.md.
+authors' filler) at CPU scale: the decoder-only causal LM of
+configs/sweeps/nope_decoder_only_cpu.py (4 layers, d_model 64, 4 heads) trained on 1-48 filler
+characters for 1,000 steps, RoPE, ALiBi and NoPE, three seeds each (a scheme's seeds in one
+program). Scored on a length x depth grid, RoPE also under its test-time extensions, by
+experiments/studies/passkey/depth_table.py. The study is docs/studies/passkey.md.
 """
 
 from pathlib import Path
@@ -25,8 +25,12 @@ def get_config():
     config.data.train_lengths = (1, 48)
     config.data.length_sampling = "mixed"
     config.data.buckets = (32, 64, 128, 256, 512)
+    config.data.eval_samples = 32
+    config.train.steps = 1000
+    config.train.eval_every = 500
+    config.train.checkpoint_every = 500
     config.train.eval_lengths = (64, 96)
-    config.eval.lengths = (16, 32, 48, 64, 96, 128, 192, 256)
+    config.eval.lengths = (24, 48, 96, 160, 256)
     config.wandb.group = "passkey"
     return config
 

@@ -15,12 +15,10 @@ import argparse
 import statistics
 from pathlib import Path
 
-import matplotlib
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from pe_research.evaluation.results import cached_rows  # noqa: E402
+from pe_research.evaluation.plots import save_figure
+from pe_research.evaluation.results import cached_rows
 
 TRAIN_LENGTH = 64
 LENGTHS = (64, 128, 256, 512, 1024)
@@ -73,7 +71,8 @@ def main() -> None:
             marks.append(f"n={n} {mark}")
         print(f"- {setting}: " + "; ".join(marks))
     if args.out:
-        figure, axis = plt.subplots(figsize=(6.4, 4.2))
+        figure = Figure(figsize=(6.4, 4.2))
+        axis = figure.add_subplot()
         for setting, per_run in table.items():
             means = [statistics.mean(r[n] for r in per_run) for n in LENGTHS]
             axis.plot(LENGTHS, means, marker="o", label=setting)
@@ -85,8 +84,7 @@ def main() -> None:
         axis.set_xticks(LENGTHS, [str(n) for n in LENGTHS])
         axis.legend()
         figure.tight_layout()
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        figure.savefig(args.out, dpi=120)
+        save_figure(figure, args.out)
         print(f"figure: {args.out}")
 
 
