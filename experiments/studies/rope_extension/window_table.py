@@ -17,7 +17,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from pe_research.evaluation.plots import save_figure
+from pe_research.evaluation.plots import plain_numbers, save_figure
 from pe_research.evaluation.results import cached_rows
 
 TRAIN_LENGTH = 64
@@ -26,6 +26,8 @@ LENGTHS = (64, 128, 256, 512, 1024)
 # 16; Self-Extend's neighbour window and group by its authors' rule W + (N - W) / G within about
 # half to two thirds of the trained length (16 + 1008 / 48 = 37); sinks as StreamingLLM's 4,
 # with a cache as long as the training window.
+LABELS = {"none": "none", "pi": "PI x16", "yarn": "YaRN x16",
+          "self_extend": "Self-Extend (G 48, W 16)", "attention_sinks": "sinks (4 + 60 recent)"}
 SETTINGS: dict[str, tuple[str, ...]] = {
     "none": (),
     "pi": ("model.pe.scaling.type=pi", "model.pe.scaling.factor=16"),
@@ -71,18 +73,20 @@ def main() -> None:
             marks.append(f"n={n} {mark}")
         print(f"- {setting}: " + "; ".join(marks))
     if args.out:
-        figure = Figure(figsize=(6.4, 4.2))
+        figure = Figure(figsize=(8.4, 4.2))
         axis = figure.add_subplot()
         for setting, per_run in table.items():
             means = [statistics.mean(r[n] for r in per_run) for n in LENGTHS]
-            axis.plot(LENGTHS, means, marker="o", label=setting)
+            axis.plot(LENGTHS, means, marker="o", label=LABELS[setting])
         axis.axvline(TRAIN_LENGTH, color="gray", linestyle="--", label="training length")
         axis.set(xscale="log", yscale="log", xlabel="window length (characters)",
                  ylabel="perplexity (held-out, mean over seeds)",
                  title=f"RoPE char LM trained on {TRAIN_LENGTH}: test-time extensions "
                        f"({len(runs)} seeds)")
         axis.set_xticks(LENGTHS, [str(n) for n in LENGTHS])
-        axis.legend()
+        axis.yaxis.set_major_formatter(plain_numbers())
+        axis.yaxis.set_minor_formatter(plain_numbers())
+        axis.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8)
         figure.tight_layout()
         save_figure(figure, args.out)
         print(f"figure: {args.out}")
