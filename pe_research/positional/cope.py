@@ -30,9 +30,9 @@ from flax import nnx
 from pe_research.core.errors import ConfigError
 from pe_research.positional.base import DECODER_SELF, AttentionKind, PositionalScheme, require
 from pe_research.positional.explicit_attention import (
-    masked_softmax,
     scaled_logits,
-    weighted_values,
+    softmax_attention,
+    with_bias,
 )
 from pe_research.positional.row_lookup import take_from_rows
 
@@ -98,10 +98,7 @@ class CoPE(PositionalScheme):
         if kind is not DECODER_SELF:
             raise ConfigError("model.pe.type", self.name,
                               f"cope acts only in causal decoder self-attention, not {kind.value}")
-        logits = scaled_logits(q_BxTxHxD, k_BxSxHxD) + self.extra_logits(
-            q_BxTxHxD, k_BxSxHxD, bias_BxHxTxS, mask_BxTxS, q_positions_BxT, k_positions_BxS,
-            kind)["cope_position"]
-        if bias_BxHxTxS is not None:
-            logits = logits + bias_BxHxTxS
-        probs = masked_softmax(logits, mask_BxTxS)
-        return weighted_values(probs, v_BxSxHxD).astype(q_BxTxHxD.dtype)
+        term = self.extra_logits(q_BxTxHxD, k_BxSxHxD, bias_BxHxTxS, mask_BxTxS, q_positions_BxT,
+                                 k_positions_BxS, kind)["cope_position"]
+        return softmax_attention(q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, with_bias(term, bias_BxHxTxS),
+                                 mask_BxTxS)

@@ -53,6 +53,11 @@ def weighted_values(probs_BxHxTxS: jax.Array, v_BxSxHxD: jax.Array) -> jax.Array
     return heads_first_product(probs_BxHxTxS, v_BxSxHxD.astype(jnp.float32))
 
 
+def with_bias(term_BxHxTxS: jax.Array, bias_BxHxTxS: jax.Array | None) -> jax.Array:
+    """A scheme's logit term plus the bias, if any (both in softmax units)."""
+    return term_BxHxTxS if bias_BxHxTxS is None else term_BxHxTxS + bias_BxHxTxS
+
+
 def softmax_attention(q_BxTxHxD: jax.Array, k_BxSxHxD: jax.Array, v_BxSxHxD: jax.Array,
                       bias_BxHxTxS: jax.Array | None, mask_BxTxS: jax.Array) -> jax.Array:
     """The plain attention output ``[B, T, H, D]`` (reference for the fused path)."""

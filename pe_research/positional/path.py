@@ -38,10 +38,10 @@ from flax import nnx
 
 from pe_research.positional.base import DECODER_SELF, PositionalScheme, require
 from pe_research.positional.explicit_attention import (
-    masked_softmax,
     own_slots,
     scaled_logits,
-    weighted_values,
+    softmax_attention,
+    with_bias,
 )
 
 
@@ -128,13 +128,10 @@ class PaTH(PositionalScheme):
 
     def explicit_attention(self, q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias_BxHxTxS, mask_BxTxS,
                            q_positions_BxT, k_positions_BxS, kind):
-        logits = scaled_logits(q_BxTxHxD, k_BxSxHxD) + self.extra_logits(
-            q_BxTxHxD, k_BxSxHxD, bias_BxHxTxS, mask_BxTxS, q_positions_BxT, k_positions_BxS,
-            kind)["householder"]
-        if bias_BxHxTxS is not None:
-            logits = logits + bias_BxHxTxS
-        probs = masked_softmax(logits, mask_BxTxS)
-        return weighted_values(probs, v_BxSxHxD).astype(q_BxTxHxD.dtype)
+        carried = self.extra_logits(q_BxTxHxD, k_BxSxHxD, bias_BxHxTxS, mask_BxTxS,
+                                    q_positions_BxT, k_positions_BxS, kind)["householder"]
+        return softmax_attention(q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, with_bias(carried, bias_BxHxTxS),
+                                 mask_BxTxS)
 
 
 def causal_depthwise_conv(x_BxSxC: jax.Array, kernel_KxC: jax.Array) -> jax.Array:

@@ -37,15 +37,22 @@ ROPE_SETTINGS: dict[str, tuple[str, ...]] = {
 }
 
 
-def panels(sweep_dir: Path) -> dict[str, list[np.ndarray]]:
-    """Panel name -> one grid per seed."""
+def panels(sweep_dir: Path, schemes: list[str] | None = None,
+           settings: list[str] | None = None) -> dict[str, list[np.ndarray]]:
+    """Panel name -> one grid per seed (of the runs of ``schemes`` and RoPE's ``settings``,
+    default all; ``none`` is RoPE without a setting)."""
     grids: dict[str, list[np.ndarray]] = {}
     for run_dir in sorted(sweep_dir.glob("*/seed_*")):
         scheme = json.loads((run_dir / "config.json").read_text())["model"]["pe"]["type"]
-        settings = {"": ()}
+        if schemes and scheme not in schemes:
+            continue
+        chosen = {"": ()}
         if scheme == "rope":
-            settings.update({f" + {name}": overrides for name, overrides in ROPE_SETTINGS.items()})
-        for suffix, overrides in settings.items():
+            chosen.update({f" + {name}": overrides for name, overrides in ROPE_SETTINGS.items()})
+            if settings:
+                chosen = {suffix: overrides for suffix, overrides in chosen.items()
+                          if (suffix.removeprefix(" + ") or "none") in settings}
+        for suffix, overrides in chosen.items():
             name = "depth" + suffix.replace(" + ", "_").replace(" ", "")
             grids.setdefault(f"{scheme}{suffix}", []).append(
                 depth_grid(run_dir, LENGTHS, DEPTHS, overrides, name=name))
@@ -56,8 +63,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir", type=Path)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--scheme", action="append", default=None,
+                        help="only the runs of this model.pe.type (repeatable): evaluate the "
+                             "schemes in parallel processes, then run once without it")
+    parser.add_argument("--setting", action="append", default=None,
+                        help="only this RoPE setting ('none' or a key of ROPE_SETTINGS; "
+                             "repeatable), likewise")
     args = parser.parse_args()
-    grids = panels(args.sweep_dir)
+    grids = panels(args.sweep_dir, args.scheme, args.setting)
     if not grids:
         raise SystemExit(f"no runs under {args.sweep_dir}: run the sweep first")
     beyond = np.asarray(LENGTHS) > TRAIN_LENGTH
