@@ -38,10 +38,11 @@ def plot_depth_grids(grids: Mapping[str, np.ndarray], lengths: Sequence[int],
     """One heatmap per entry of ``grids`` (name -> ``[depths, lengths]`` fractions), the value
     in % in each cell, a line after the longest training length; saved to ``path`` if given."""
     rows = -(-len(grids) // columns)
-    figure = Figure(figsize=(3.3 * min(columns, len(grids)), 2.9 * rows + 0.6))
+    columns = min(columns, len(grids))
+    figure = Figure(figsize=(3.0 * columns + 1.2, 2.8 * rows + 0.8), layout="constrained")
     trained = sum(n <= train_length for n in lengths) - 0.5  # between two length columns
     for index, (name, grid) in enumerate(grids.items()):
-        axes = figure.add_subplot(rows, min(columns, len(grids)), index + 1)
+        axes = figure.add_subplot(rows, columns, index + 1)
         image = axes.imshow(100 * grid, vmin=0, vmax=100, cmap="viridis", aspect="auto",
                             origin="upper")
         for (i, j), value in np.ndenumerate(100 * grid):
@@ -52,10 +53,12 @@ def plot_depth_grids(grids: Mapping[str, np.ndarray], lengths: Sequence[int],
                         rotation=90)
         axes.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=7)
         axes.set_title(name, fontsize=9)
-        axes.set_xlabel("filler length (red: trained up to here)", fontsize=7)
-        axes.set_ylabel("key depth", fontsize=7)
+        axes.set_xlabel("length (filler characters for passkey)", fontsize=7)
+        if index % columns == 0:
+            axes.set_ylabel("key depth (0: first, 1: last)", fontsize=7)
     figure.colorbar(image, ax=figure.axes, label="exact match of the key (%)", shrink=0.8)
-    figure.suptitle(title, fontsize=10)
+    figure.suptitle(f"{title}\nred line: the longest training length ({train_length})",
+                    fontsize=10)
     if path is not None:
         save_figure(figure, path)
     return figure
