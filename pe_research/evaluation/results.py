@@ -80,11 +80,12 @@ def result_title(record: Mapping[str, Any]) -> str:
     """The figure title of an evaluation record: task, scheme, test-time setting, step,
     samples."""
     pe = record["pe"]
-    settings = [f"scaling {pe.get('scaling', {}).get('type', 'none')}"]
+    scaling = pe.get("scaling", {}).get("type", "none")
+    settings = [f"scaling {scaling}"] if scaling != "none" else []
     settings += [name for name, key in (("self_extend", "group_size"),
                                         ("attention_sinks", "window"))
                  if pe.get(name, {}).get(key)]
-    shown = ", ".join(s for s in settings if s != "scaling none")
+    shown = ", ".join(settings)
     return (f"{record['task']['name']}, pe={pe['type']}"
             f"{f' ({shown})' if shown else ''}, step {record['step']}, "
             f"{_samples(record['rows'])} samples/length")

@@ -85,7 +85,7 @@ class PaTH(PositionalScheme):
         super().__init__(pe, d_model=d_model, num_heads=num_heads, rngs=rngs)
         width = num_heads * self.head_dim
         init = nnx.initializers.normal(stddev=float(pe["init_std"]))
-        rank = int(pe["w_rank"]) or width
+        rank = int(pe["w_rank"]) or width  # 0: one full-width projection
         self.w_down = nnx.Linear(width, rank, use_bias=False, kernel_init=init, rngs=rngs)
         self.w_up = (nnx.Linear(rank, width, use_bias=False, kernel_init=init, rngs=rngs)
                      if pe["w_rank"] else None)

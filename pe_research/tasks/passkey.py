@@ -67,7 +67,6 @@ class Passkey(AlgorithmicTask):
                 or not 0 <= low <= high <= 1:
             raise ConfigError("task.depth_min", (low, high), "depths with 0 <= depth_min <= "
                               "depth_max <= 1 (the key's place in the filler, 0 first, 1 last)")
-        self.filler = np.frombuffer(" ".join([FILLER] * 2).encode(), np.uint8)
 
     def symbols(self) -> tuple[str, ...]:
         text = FILLER + ("|?" if self.config["format"] == "tiny" else
@@ -86,12 +85,10 @@ class Passkey(AlgorithmicTask):
     def max_target_length(self, n: int) -> int:
         return self.key_digits + (self.config["format"] == "paper")
 
-    def filler_of(self, n: int) -> np.ndarray:
-        """The filler text, repeated, cut to ``n`` characters (bytes)."""
-        while self.filler.size < n:
-            self.filler = np.concatenate([self.filler, np.frombuffer(b" " + FILLER.encode(),
-                                                                      np.uint8)])
-        return self.filler[:n]
+    @staticmethod
+    def filler_of(n: int) -> str:
+        """The filler sentence repeated (joined by spaces, as the authors'), cut to ``n``."""
+        return " ".join([FILLER] * (n // len(FILLER) + 1))[:n]
 
     def generate(self, rng: np.random.Generator, n: int, count: int) -> Generated:
         depths = rng.uniform(self.config["depth_min"], self.config["depth_max"], size=count)
@@ -102,7 +99,7 @@ class Passkey(AlgorithmicTask):
         else:
             keys = [str(k) for k in rng.integers(PAPER_KEYS[0], PAPER_KEYS[1] + 1, size=count)]
         index = {symbol: i for i, symbol in enumerate(self.symbols())}
-        filler = self.filler_of(n).tobytes().decode()
+        filler = self.filler_of(n)
         sources, targets = [], []
         for key, cut in zip(keys, before, strict=True):
             if self.config["format"] == "tiny":
