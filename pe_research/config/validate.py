@@ -24,6 +24,7 @@ from pe_research.core.errors import ConfigError, check_choice
 from pe_research.data import bucket_length, check_data_block, check_data_config, train_shapes
 from pe_research.model.config import ModelConfig
 from pe_research.model.metrics import get_metric, training_metrics
+from pe_research.positional.abacus import check_abacus_ids, uses_abacus
 from pe_research.positional.randomize import check_randomize
 from pe_research.positional.registry import scheme_class
 from pe_research.tasks import Task, get_task
@@ -67,6 +68,31 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         _check_teacher_forced(config, task)
     _check_model(config, task.vocabulary.size)
     _check_lengths(config, task)
+    _check_task_positions(config, task)
+
+
+def _check_task_positions(config: ml_collections.ConfigDict, task: Task) -> None:
+    """Schemes that read the task's position IDs: the task supplies them, the tables hold them."""
+    pe = config.model.pe.to_dict()
+    needs = {"coupled": scheme_class(pe["type"]).task_positions,
+             "abacus": "abacus" if uses_abacus(pe) else None}
+    for kind in filter(None, needs.values()):
+        if kind not in task.position_kinds:
+            setting = "model.pe.abacus" if kind == "abacus" else "model.pe.type"
+            raise ConfigError(setting, pe["abacus"] if kind == "abacus" else pe["type"],
+                              f"reads {kind!r} position IDs, which task {task.name!r} does not "
+                              f"supply (it supplies {list(task.position_kinds) or 'none'})")
+    if not any(needs.values()):
+        return
+    low, high = config.data.train_lengths
+    longest = max([high, *config.train.eval_lengths, *config.eval.lengths])
+    largest = task.eval_examples([longest], 1, config.seed).positions
+    where = f"task length {longest}"
+    if needs["coupled"]:
+        scheme_class(pe["type"]).check_ids(
+            pe, max(int(ids.max(initial=0)) for ids in largest["coupled"]), where)
+    if needs["abacus"]:
+        check_abacus_ids(pe, max(int(ids.max(initial=0)) for ids in largest["abacus"]), where)
 
 
 def _check_keys(prefix: str, block: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:

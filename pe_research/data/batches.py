@@ -9,6 +9,11 @@ to a length bucket so the number of compiled shapes is at most the number of buc
     target_output int32 [B, T]  target tokens + EOS_ID (2)
     target_mask   bool  [B, T]  True on real target_output tokens, EOS included
     lengths       int32 [B]     task length n of each example (0 on batch-padding rows)
+
+and, for a task that supplies position IDs (``Task.position_kinds``), per kind K:
+
+    source_K      int32 [B, S]  the source tokens' IDs of kind K, 0 on padding
+    target_K      int32 [B, T]  the IDs of target_input's slots (BOS, then the target tokens)
 """
 
 from __future__ import annotations
@@ -64,6 +69,10 @@ def make_batch(examples: Examples, source_width: int, target_width: int) -> Batc
         "target_output": target_output.astype(np.int32),
         "target_mask": np.arange(target_width) < target_lengths[:, None] + 1,
         "lengths": examples.lengths.astype(np.int32),
+        **{f"{side}_{kind}": pad_columns(ids, width, 0).astype(np.int32)
+           for kind, pair in examples.positions.items()
+           for side, ids, width in zip(("source", "target"), pair, (source_width, target_width),
+                                       strict=True)},
     }
 
 def check_data_block(data_cfg: Mapping[str, Any]) -> None:

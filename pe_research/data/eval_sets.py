@@ -73,18 +73,29 @@ def one_shape_per_source_bucket(
                   max(t for s, t in widths.values() if 0 < s <= source))
             for key, (source, target) in widths.items()}
 
-_COLUMNS: dict[str, tuple[np.ndarray, Ragged, Ragged]] = {}
+_COLUMNS: dict[str, tuple[np.ndarray, Ragged, Ragged, dict[str, tuple[Ragged, Ragged]]]] = {}
 
 def _columns(dataset: datasets.Dataset) -> tuple[np.ndarray, Ragged, Ragged]:
     """The eval set's lengths, sources and targets (read once per set, not once per length)."""
+    return _read(dataset)[:3]
+
+def _position_columns(dataset: datasets.Dataset) -> dict[str, tuple[Ragged, Ragged]]:
+    """kind -> the stored source and target position IDs (``Examples.positions``)."""
+    return _read(dataset)[3]
+
+def _read(dataset: datasets.Dataset):
     fingerprint = dataset._fingerprint  # datasets' content hash of the set
     if fingerprint not in _COLUMNS:
         table = dataset.with_format("arrow")[:]
         if len(_COLUMNS) >= 4:
             _COLUMNS.pop(next(iter(_COLUMNS)))
-        _COLUMNS[fingerprint] = (np.asarray(table.column("length")),
-                                 *(Ragged.from_arrow(table.column(c))
-                                   for c in ("source", "target")))
+        kinds = [name[len("source_"):] for name in table.column_names
+                 if name.startswith("source_")]
+        _COLUMNS[fingerprint] = (
+            np.asarray(table.column("length")),
+            *(Ragged.from_arrow(table.column(c)) for c in ("source", "target")),
+            {kind: (Ragged.from_arrow(table.column(f"source_{kind}")),
+                    Ragged.from_arrow(table.column(f"target_{kind}"))) for kind in kinds})
     return _COLUMNS[fingerprint]
 
 def _rows_of(lengths: np.ndarray, length: int, dataset: datasets.Dataset) -> np.ndarray:
@@ -130,9 +141,11 @@ def eval_batches(dataset: datasets.Dataset, length: int, batch_size: int, bucket
     local = batch_size // process_count
     for start in range(0, rows.size, batch_size):
         chunk = rows[start:start + batch_size][process_index * local:(process_index + 1) * local]
+        positions = {kind: (ids[0].padded(chunk, source_width), ids[1].padded(chunk, target_width))
+                     for kind, ids in _position_columns(dataset).items()}
         examples = Examples(source.padded(chunk, source_width), source.lengths[chunk],
                             target.padded(chunk, target_width), target.lengths[chunk],
-                            np.full(chunk.size, length, np.int32))
+                            np.full(chunk.size, length, np.int32), positions)
         yield _pad_rows(make_batch(examples, source_width, target_width), local)
 
 def _examples_table(examples: Examples) -> pa.Table:
@@ -141,9 +154,13 @@ def _examples_table(examples: Examples) -> pa.Table:
         values = matrix[np.arange(matrix.shape[1]) < lengths[:, None]].astype(np.int32)
         return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
 
+    positions = {}
+    for kind, (source_ids, target_ids) in examples.positions.items():
+        positions[f"source_{kind}"] = ragged(source_ids, examples.source_lengths)
+        positions[f"target_{kind}"] = ragged(target_ids, examples.target_lengths + 1)
     return pa.table({"length": pa.array(examples.lengths.astype(np.int32)),
                      "source": ragged(examples.source, examples.source_lengths),
-                     "target": ragged(examples.target, examples.target_lengths)})
+                     "target": ragged(examples.target, examples.target_lengths), **positions})
 
 def _pad_rows(batch: Batch, rows: int) -> Batch:
     extra = rows - batch["lengths"].shape[0]

@@ -11,18 +11,17 @@ from jax.sharding import Mesh
 
 from pe_research.runtime import batch_sharded, check_batch_fits
 
-SOURCE_KEYS, TARGET_KEYS = ("source", "source_mask"), ("target_input", "target_output",
-                                                       "target_mask")
-
 
 def pad_to(batch: dict[str, np.ndarray], source_width: int,
            target_width: int) -> dict[str, np.ndarray]:
-    """A batch padded with masked columns to ``[B, source_width]`` / ``[B, target_width]``."""
+    """A batch padded with masked columns to ``[B, source_width]`` / ``[B, target_width]``
+    (every ``source*`` and ``target*`` key)."""
     out = dict(batch)
-    for keys, width in ((SOURCE_KEYS, source_width), (TARGET_KEYS, target_width)):
-        for key in keys:
-            extra = width - batch[key].shape[1]
-            out[key] = np.pad(batch[key], ((0, 0), (0, extra))) if extra else batch[key]
+    for key, value in batch.items():
+        width = (source_width if key.startswith("source") else
+                 target_width if key.startswith("target") else None)
+        if width is not None and width > value.shape[1]:
+            out[key] = np.pad(value, ((0, 0), (0, width - value.shape[1])))
     return out
 
 def stack_batches(batches: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:

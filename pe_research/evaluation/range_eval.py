@@ -28,7 +28,12 @@ from pe_research.core.errors import ConfigError, check_divisible
 from pe_research.evaluation import memory
 from pe_research.model.attention import set_query_block
 from pe_research.model.decoding import greedy_decode
-from pe_research.model.inputs import batch_positions, eval_position_key, scored_mask
+from pe_research.model.inputs import (
+    abacus_inputs,
+    batch_positions,
+    eval_position_key,
+    scored_mask,
+)
 from pe_research.model.metrics import (
     HEADLINE,
     METRICS,
@@ -121,20 +126,22 @@ def example_statistics(model: Any, batch: Mapping[str, jax.Array], position_key:
     position_key = evaluation_keys(pe, position_key, first_row, batch["source"].shape[0])
     source_positions, target_positions = batch_positions(pe, batch, position_key, training=False,
                                                          architecture=model.config.architecture)
+    abacus_ids = abacus_inputs(pe, batch, position_key, training=False)
     logits = model(batch["source"], batch["target_input"], source_positions, target_positions,
-                   batch["source_mask"], batch["target_mask"])
+                   batch["source_mask"], batch["target_mask"], abacus_ids=abacus_ids)
     if not decode:  # such tasks have no end token (train.predict_eos False): never scored
         outputs = Outputs(logits, batch["target_output"], scored_mask(batch, predict_eos=False))
         return example_sums(outputs, training_metrics())
     decoded = greedy_decode(model, batch["source"], source_positions, batch["source_mask"],
-                            target_positions, target_mask_BxT=batch["target_mask"], eos_id=EOS_ID)
+                            target_positions, target_mask_BxT=batch["target_mask"], eos_id=EOS_ID,
+                            abacus_ids=abacus_ids)
     oracle_decoded = None
     if oracle_length:  # the end token's step: the number of real target tokens, less one
         eos_steps_B = jnp.sum(batch["target_mask"], axis=-1) - 1
         oracle_decoded = greedy_decode(model, batch["source"], source_positions,
                                        batch["source_mask"], target_positions,
                                        target_mask_BxT=batch["target_mask"], eos_id=EOS_ID,
-                                       eos_steps_B=eos_steps_B)
+                                       eos_steps_B=eos_steps_B, abacus_ids=abacus_ids)
     outputs = Outputs(logits, batch["target_output"], batch["target_mask"], decoded,
                       oracle_decoded)
     return example_sums(outputs, range_metrics(oracle_length))

@@ -60,7 +60,8 @@ def greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.A
                   target_mask_BxT: jax.Array | None = None, bos_id: int = BOS_ID,
                   eos_id: int = EOS_ID, pad_id: int = PAD_ID,
                   eos_steps_B: jax.Array | None = None,
-                  widths: Sequence[int] | None = None) -> jax.Array:
+                  widths: Sequence[int] | None = None,
+                  abacus_ids: tuple[jax.Array, jax.Array] | None = None) -> jax.Array:
     """Greedy tokens ``[B, T]`` (int32) with a key/value cache; T = target_positions' length.
 
     Step t feeds the token chosen at step t-1 (BOS at t = 0) at position
@@ -70,18 +71,22 @@ def greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.A
     ``eos_steps_B`` ``[B]``: the oracle length, the step of each sequence's EOS (-1: none).
     ``widths``: the loop runs in segments, the steps before ``widths[i]`` over the cache's
     first ``widths[i]`` slots (after the decoder-only model's prefill; default
-    ``cache_widths(T)``).
+    ``cache_widths(T)``). ``abacus_ids``: the source's ``[B, S]`` and the target slots'
+    ``[B, T]`` Abacus IDs (a model with an Abacus table); step t reads slot t's.
     """
     architecture = model.config.architecture
     if architecture == "encoder_only":
         return slot_decode(model, source_BxS, source_positions_BxS, source_mask_BxS,
-                           target_positions_BxT, target_mask_BxT, pad_id, eos_steps_B, eos_id)
+                           target_positions_BxT, target_mask_BxT, pad_id, eos_steps_B, eos_id,
+                           abacus_ids)
     if architecture == "decoder_only":
         return causal_greedy_decode(model, source_BxS, source_positions_BxS, source_mask_BxS,
                                     target_positions_BxT, bos_id, eos_id, pad_id, eos_steps_B,
-                                    widths)
+                                    widths, abacus_ids)
     batch, length = source_BxS.shape[0], target_positions_BxT.shape[1]
-    encoded_BxSxD = model.encode(source_BxS, source_positions_BxS, source_mask_BxS)
+    source_ids, target_ids = abacus_ids or (None, None)
+    encoded_BxSxD = model.encode(source_BxS, source_positions_BxS, source_mask_BxS,
+                                 abacus_ids_BxS=source_ids)
     graphdef, state = nnx.split(model)
     output_BxT, done_B = _first_state(batch, length, pad_id)
     cache = model.init_cache(target_positions_BxT, encoded_BxSxD)
@@ -91,8 +96,10 @@ def greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.A
     def body(carry):
         step, tokens_Bx1, cache, output_BxT, done_B = carry
         positions_Bx1 = jax.lax.dynamic_slice_in_dim(target_positions_BxT, step, 1, axis=1)
+        ids_Bx1 = (None if target_ids is None else
+                   jax.lax.dynamic_slice_in_dim(target_ids, step, 1, axis=1))
         logits_BxV, cache = nnx.merge(graphdef, state).decode_step(
-            tokens_Bx1, positions_Bx1, source_positions_BxS, source_mask_BxS, cache)
+            tokens_Bx1, positions_Bx1, source_positions_BxS, source_mask_BxS, cache, ids_Bx1)
         next_B = _choose(logits_BxV, done_B, pad_id, step, eos_steps_B, eos_id)
         output_BxT = output_BxT.at[:, step].set(next_B)
         return step + 1, next_B[:, None], cache, output_BxT, done_B | (next_B == eos_id)
@@ -146,7 +153,8 @@ def _written_back(full: list[dict], narrow: list[dict]) -> list[dict]:
 def naive_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.Array,
                         source_mask_BxS: jax.Array, target_positions_BxT: jax.Array, *,
                         bos_id: int = BOS_ID, eos_id: int = EOS_ID, pad_id: int = PAD_ID,
-                        eos_steps_B: jax.Array | None = None) -> jax.Array:
+                        eos_steps_B: jax.Array | None = None,
+                        abacus_ids: tuple[jax.Array, jax.Array] | None = None) -> jax.Array:
     """Reference for ``greedy_decode``: every step re-runs the whole decoder on ``[B, T]``.
 
     No cache: the causal mask alone hides the not-yet-decoded slots. Same output contract.
@@ -154,10 +162,11 @@ def naive_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS:
     batch, length = source_BxS.shape[0], target_positions_BxT.shape[1]
     if model.config.architecture == "encoder_only":
         return slot_decode(model, source_BxS, source_positions_BxS, source_mask_BxS,
-                           target_positions_BxT, None, pad_id)
+                           target_positions_BxT, None, pad_id, abacus_ids=abacus_ids)
     single_stack = model.config.architecture == "decoder_only"
-    encoded_BxSxD = None if single_stack else model.encode(source_BxS, source_positions_BxS,
-                                                            source_mask_BxS)
+    source_ids, target_ids = abacus_ids or (None, None)
+    encoded_BxSxD = None if single_stack else model.encode(
+        source_BxS, source_positions_BxS, source_mask_BxS, abacus_ids_BxS=source_ids)
     graphdef, state = nnx.split(model)
     output_BxT, done_B = _first_state(batch, length, pad_id)
     inputs_BxT = output_BxT.at[:, 0].set(bos_id)
@@ -168,10 +177,12 @@ def naive_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS:
         current = nnx.merge(graphdef, state)
         if single_stack:
             logits_BxTxV = current(source_BxS, inputs_BxT, source_positions_BxS,
-                                   target_positions_BxT, source_mask_BxS, all_real_BxT)
+                                   target_positions_BxT, source_mask_BxS, all_real_BxT,
+                                   abacus_ids=abacus_ids)
         else:
             logits_BxTxV = current.decode(inputs_BxT, target_positions_BxT, encoded_BxSxD,
-                                          source_positions_BxS, source_mask_BxS, all_real_BxT)
+                                          source_positions_BxS, source_mask_BxS, all_real_BxT,
+                                          abacus_ids_BxT=target_ids)
         logits_BxV = jax.lax.dynamic_index_in_dim(logits_BxTxV, step, axis=1, keepdims=False)
         next_B = _choose(logits_BxV, done_B, pad_id, step, eos_steps_B, eos_id)
         inputs_BxT = inputs_BxT.at[:, step + 1].set(next_B, mode="drop")
@@ -186,7 +197,8 @@ def naive_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS:
 def slot_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.Array,
                 source_mask_BxS: jax.Array, target_positions_BxT: jax.Array,
                 target_mask_BxT: jax.Array | None, pad_id: int = PAD_ID,
-                eos_steps_B: jax.Array | None = None, eos_id: int = EOS_ID) -> jax.Array:
+                eos_steps_B: jax.Array | None = None, eos_id: int = EOS_ID,
+                abacus_ids: tuple[jax.Array, jax.Array] | None = None) -> jax.Array:
     """Encoder-only: the argmax at every real output slot (PAD elsewhere), in one pass; with
     ``eos_steps_B`` ``[B]``, EOS at that slot and never at another (the oracle length)."""
     shape = (source_BxS.shape[0], target_positions_BxT.shape[1])
@@ -194,7 +206,7 @@ def slot_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.Arr
         target_mask_BxT = jnp.ones(shape, bool)
     unused_BxT = jnp.zeros(shape, jnp.int32)  # slots ignore their tokens
     logits_BxTxV = model(source_BxS, unused_BxT, source_positions_BxS, target_positions_BxT,
-                         source_mask_BxS, target_mask_BxT)
+                         source_mask_BxS, target_mask_BxT, abacus_ids=abacus_ids)
     eos_steps_Bx1 = None if eos_steps_B is None else eos_steps_B[:, None]
     return _choose(logits_BxTxV, ~target_mask_BxT, pad_id, jnp.arange(shape[1])[None, :],
                    eos_steps_Bx1, eos_id)
@@ -204,7 +216,8 @@ def causal_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS
                          source_mask_BxS: jax.Array, target_positions_BxT: jax.Array,
                          bos_id: int = BOS_ID, eos_id: int = EOS_ID, pad_id: int = PAD_ID,
                          eos_steps_B: jax.Array | None = None,
-                         widths: Sequence[int] | None = None) -> jax.Array:
+                         widths: Sequence[int] | None = None,
+                         abacus_ids: tuple[jax.Array, jax.Array] | None = None) -> jax.Array:
     """Decoder-only: prefill ``source SEP`` into the cache, then one token per step (in
     segments: the steps before ``widths[i]`` over the cache's first S + ``widths[i]`` slots).
 
@@ -224,8 +237,11 @@ def causal_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS
     visible = PrefixMask(prefill.dense[:, :width + 1], prefill.key_lengths, causal=True)
     cache = [{**layer_cache, "index": jnp.zeros((batch,), jnp.int32)}
              for layer_cache in model.empty_cache(batch, positions, model.layers)]
-    logits_BxV, cache = model.run_cached(tokens, positions[:, :width + 1], visible, cache,
-                                         read_B=count_B)
+    joint_ids = (None if abacus_ids is None else  # [B, S + T], packed as the positions
+                 pack(abacus_ids[0], abacus_ids[1], count_B, 0))
+    logits_BxV, cache = model.run_cached(
+        tokens, positions[:, :width + 1], visible, cache, read_B=count_B,
+        abacus_ids_BxL=None if joint_ids is None else joint_ids[:, :width + 1])
     cache = [{**layer_cache, "index": count_B + 1} for layer_cache in cache]
     graphdef, state = nnx.split(model)
     output_BxT, done_B = _first_state(batch, length, pad_id)
@@ -239,8 +255,10 @@ def causal_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS
         positions_Bx1 = jnp.take_along_axis(all_positions, slot_B[:, None], axis=1)
         keys_W = jnp.arange(cache[0]["k"].shape[-1])  # the segment's slots
         visible_Bx1xW = PrefixMask(keys_W[None, None, :] <= slot_B[:, None, None], slot_B + 1)
+        ids_Bx1 = (None if joint_ids is None else
+                   jnp.take_along_axis(joint_ids, slot_B[:, None], axis=1))
         logits_BxV, cache = nnx.merge(graphdef, state).run_cached(
-            tokens_Bx1, positions_Bx1, visible_Bx1xW, cache)
+            tokens_Bx1, positions_Bx1, visible_Bx1xW, cache, abacus_ids_BxL=ids_Bx1)
         next_B = _choose(logits_BxV, done_B, pad_id, step, eos_steps_B, eos_id)
         output_BxT = output_BxT.at[:, step].set(next_B)
         return step + 1, next_B[:, None], cache, output_BxT, done_B | (next_B == eos_id)

@@ -13,8 +13,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from pe_research.model.single_stack import pack
 from pe_research.model.transformer import TokenModel
+from pe_research.positional.abacus import offset_ids, uses_abacus
 from pe_research.positional.randomize import make_positions, split_key
+from pe_research.positional.registry import scheme_class
 from pe_research.tasks.vocabulary import EOS_ID
 
 Batch = Mapping[str, jax.Array]
@@ -38,6 +41,9 @@ def batch_positions(pe: Mapping[str, Any], batch: Batch, key: jax.Array, trainin
     j at joint position ``n + j``, i.e. in ``source_positions[n + j]`` or ``target_positions[n +
     j - S]``.
     """
+    kind = scheme_class(pe["type"]).task_positions
+    if kind is not None:
+        return task_positions(pe, batch, kind, key, training, architecture)
     if architecture == "encoder_decoder":
         source_key, target_key = split_key(key)
         return (make_positions(pe, batch["source_mask"], source_key, training),
@@ -48,6 +54,36 @@ def batch_positions(pe: Mapping[str, Any], batch: Batch, key: jax.Array, trainin
     joint_mask_BxW = jnp.arange(width + length)[None, :] < real[:, None]
     joint = make_positions(pe, joint_mask_BxW, split_key(key)[0], training)
     return joint[:, :width], joint[:, width:]
+
+
+def task_positions(pe: Mapping[str, Any], batch: Batch, kind: str, key: jax.Array,
+                   training: bool, architecture: str) -> tuple[jax.Array, jax.Array]:
+    """The task's position IDs of ``kind`` as the scheme's positions ``[B, S]``/``[B, T]``
+    (packed for single-stack models, as ``batch_positions``). In training each row's IDs
+    start at s uniform in [1, max_position - its largest ID + 1] (they come started at 1)."""
+    source, target = batch[f"source_{kind}"], batch[f"target_{kind}"]
+    if training:
+        largest_B = jnp.maximum(jnp.max(source, axis=-1), jnp.max(target, axis=-1))
+        room_B = jnp.maximum(int(pe["max_position"]) - largest_B, 0)
+        uniform_B = (jax.vmap(lambda k: jax.random.uniform(k))(key) if key.shape else
+                     jax.random.uniform(key, largest_B.shape))
+        shift_B = jnp.floor(uniform_B * (room_B + 1)).astype(jnp.int32)
+        source = jnp.where(source > 0, source + shift_B[:, None], 0)
+        target = jnp.where(target > 0, target + shift_B[:, None], 0)
+    if architecture == "encoder_decoder":
+        return source, target
+    joint = pack(source, target, jnp.sum(batch["source_mask"], axis=-1), 0)
+    return joint[:, :source.shape[1]], joint[:, source.shape[1]:]
+
+
+def abacus_inputs(pe: Mapping[str, Any], batch: Batch, key: jax.Array,
+                  training: bool) -> tuple[jax.Array, jax.Array] | None:
+    """The Abacus IDs of the source ``[B, S]`` and of the target's input slots ``[B, T]``, with
+    the training offset; None when the model has no Abacus table."""
+    if not uses_abacus(pe):
+        return None
+    return (offset_ids(pe, batch["source_abacus"], key, training),
+            offset_ids(pe, batch["target_abacus"], key, training))
 
 
 def forward(model: TokenModel, batch: Batch, key: jax.Array, training: bool,
@@ -67,7 +103,8 @@ def forward(model: TokenModel, batch: Batch, key: jax.Array, training: bool,
     use_dropout = training and model.config.dropout_rate > 0
     return model(batch["source"], batch["target_input"], source_positions, target_positions,
                  batch["source_mask"], batch["target_mask"],
-                 dropout_key=dropout_key if use_dropout else None)
+                 dropout_key=dropout_key if use_dropout else None,
+                 abacus_ids=abacus_inputs(model.config.pe, batch, position_key, training))
 
 
 def scored_mask(batch: Batch, predict_eos: bool = True) -> jax.Array:

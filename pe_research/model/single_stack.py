@@ -31,6 +31,7 @@ from pe_research.model.layers import EncoderLayer, split_key
 from pe_research.model.masks import PrefixMask
 from pe_research.model.transformer import (
     TokenModel,
+    abacus_table,
     input_modules,
     output_projection,
     stack_norm,
@@ -99,6 +100,7 @@ class SingleStackTransformer(TokenModel):
                                 for i in range(config.num_layers)])
         self.final_norm = stack_norm(config, rngs)
         self.output_projection = output_projection(config, rngs)
+        self.abacus = abacus_table(config, rngs)
 
     def joint_inputs(self, source_BxS: jax.Array, second_BxT: jax.Array,
                      source_positions_BxS: jax.Array, target_positions_BxT: jax.Array,
@@ -111,6 +113,15 @@ class SingleStackTransformer(TokenModel):
         real = pack(source_mask_BxS.astype(bool), target_mask_BxT.astype(bool), count_B, False)
         return tokens, joint_positions(source_positions_BxS, target_positions_BxT), real
 
+    def joint_abacus_ids(self, abacus_ids: tuple[jax.Array, jax.Array] | None,
+                         source_mask_BxS: jax.Array) -> jax.Array | None:
+        """``[B, S + T]``: the Abacus IDs packed as the tokens are (encoder-only slots: 0)."""
+        if abacus_ids is None:
+            return None
+        source_ids, target_ids = abacus_ids
+        target_ids = target_ids if self.causal else jnp.zeros_like(target_ids)
+        return pack(source_ids, target_ids, jnp.sum(source_mask_BxS, axis=-1), 0)
+
     def target_side(self, target_input_BxT: jax.Array) -> jax.Array:
         """What fills the T target slots: the shifted target (decoder-only) or slot tokens."""
         if self.causal:
@@ -120,13 +131,16 @@ class SingleStackTransformer(TokenModel):
     def __call__(self, source_BxS: jax.Array, target_input_BxT: jax.Array,
                  source_positions_BxS: jax.Array, target_positions_BxT: jax.Array,
                  source_mask_BxS: jax.Array, target_mask_BxT: jax.Array,
-                 dropout_key: jax.Array | None = None) -> jax.Array:
-        """Logits ``[B, T, V]`` at the target slots; dropout only when ``dropout_key`` is given."""
+                 dropout_key: jax.Array | None = None,
+                 abacus_ids: tuple[jax.Array, jax.Array] | None = None) -> jax.Array:
+        """Logits ``[B, T, V]`` at the target slots; dropout only when ``dropout_key`` is given;
+        ``abacus_ids``: the source's ``[B, S]`` and the target slots' ``[B, T]``."""
         tokens, positions, real = self.joint_inputs(
             source_BxS, self.target_side(target_input_BxT), source_positions_BxS,
             target_positions_BxT, source_mask_BxS, target_mask_BxT)
         keys = split_key(dropout_key, 1 + len(self.layers))
-        x = self.embed_inputs(tokens, positions, keys[0])
+        x = self.embed_inputs(tokens, positions, keys[0],
+                              self.joint_abacus_ids(abacus_ids, source_mask_BxS))
         visible = packed_mask(real, self.causal)
         for layer, layer_key in zip(self.layers, keys[1:], strict=True):
             x = layer(x, positions, visible, self.pe, layer_key)
@@ -135,11 +149,11 @@ class SingleStackTransformer(TokenModel):
 
     def run_cached(self, tokens_BxL: jax.Array, positions_BxL: jax.Array,
                    visible_BxLxW: jax.Array | PrefixMask, cache: list[dict[str, jax.Array]],
-                   read_B: jax.Array | None = None,
+                   read_B: jax.Array | None = None, abacus_ids_BxL: jax.Array | None = None,
                    ) -> tuple[jax.Array, list[dict[str, jax.Array]]]:
         """Decoder-only: L new tokens through the stack with the cache; logits ``[B, V]`` of
         the last, or of each row's token ``read_B`` of the L."""
-        x = self.embed_inputs(tokens_BxL, positions_BxL, None)
+        x = self.embed_inputs(tokens_BxL, positions_BxL, None, abacus_ids_BxL)
         new_cache = []
         for layer, layer_cache in zip(self.layers, cache, strict=True):
             layer_cache = dict(layer_cache)  # updated in place by the layer

@@ -16,6 +16,7 @@ from flax import nnx
 from pe_research.model.config import ModelConfig
 from pe_research.model.layers import DecoderLayer, EncoderLayer, dropout, split_key
 from pe_research.model.masks import cache_mask, prefix_masks
+from pe_research.positional.abacus import AbacusTable, uses_abacus
 from pe_research.positional.base import PositionalScheme
 from pe_research.positional.nope import NoPE
 from pe_research.positional.registry import build_scheme, scheme_class
@@ -46,6 +47,12 @@ def input_modules(config: ModelConfig, rngs: nnx.Rngs) -> tuple[PositionalScheme
     return pe, embed, projection
 
 
+def abacus_table(config: ModelConfig, rngs: nnx.Rngs) -> AbacusTable | None:
+    """The Abacus table added to the token embedding (``model.pe.abacus``), or None."""
+    return (AbacusTable(config.pe, config.token_width, config.compute_dtype, rngs)
+            if uses_abacus(config.pe) else None)
+
+
 def stack_norm(config: ModelConfig, rngs: nnx.Rngs) -> nnx.LayerNorm | None:
     """The LayerNorm after a stack of a pre-LN model (None for post-LN)."""
     return nnx.LayerNorm(config.d_model, dtype=config.compute_dtype, param_dtype=jnp.float32,
@@ -62,24 +69,31 @@ def output_projection(config: ModelConfig, rngs: nnx.Rngs) -> nnx.Linear | None:
 class TokenModel(nnx.Module):
     """Token embedding with positional input, output projection: shared by every architecture.
 
-    Subclasses set ``config``, ``pe``, ``embed``, ``input_projection``, ``output_projection``
-    and ``final_norm`` (the LayerNorm before the output; None for post-LN).
+    Subclasses set ``config``, ``pe``, ``embed``, ``input_projection``, ``output_projection``,
+    ``abacus`` (the Abacus table or None) and ``final_norm`` (the LayerNorm before the output;
+    None for post-LN).
     """
 
     config: ModelConfig
     final_norm: nnx.LayerNorm | None
+    abacus: AbacusTable | None
 
     @jax.named_scope("embed")
     def embed_inputs(self, tokens_BxT: jax.Array, positions_BxT: jax.Array,
-                     key: jax.Array | None) -> jax.Array:
-        """Token embeddings combined (add, concat + projection, or split) with the scheme's
-        vectors; ``[B, T, D]``."""
+                     key: jax.Array | None, abacus_ids_BxT: jax.Array | None = None,
+                     ) -> jax.Array:
+        """Token embeddings (plus the Abacus rows of ``abacus_ids``) combined (add, concat +
+        projection, or split) with the scheme's vectors; ``[B, T, D]``."""
         # The lookup reads the float32 table and casts after it, so the gradient's scatter-add
         # runs in float32: on a GPU the bfloat16 scatter-add into a small vocabulary's rows
         # serialises on the few rows it writes.
         x = jnp.take(self.embed.embedding[...], tokens_BxT, axis=0).astype(self.embed.dtype)
         if self.config.scale_embedding:  # by the square root of the embedding's own width
             x = x * jnp.sqrt(float(self.config.token_width)).astype(x.dtype)
+        if self.abacus is not None:
+            if abacus_ids_BxT is None:
+                raise ValueError("model.pe.abacus needs the task's abacus IDs (abacus_ids)")
+            x = x + self.abacus(abacus_ids_BxT)
         vectors = self.pe.input_vectors(positions_BxT)
         if vectors is not None:  # [1, T, D] when the rows share their positions
             vectors = jnp.broadcast_to(vectors.astype(x.dtype), x.shape[:2] + vectors.shape[2:])
@@ -139,6 +153,7 @@ class Seq2SeqTransformer(TokenModel):
         self.encoder_norm = stack_norm(config, rngs)
         self.decoder_norm = stack_norm(config, rngs)
         self.output_projection = output_projection(config, rngs)
+        self.abacus = abacus_table(config, rngs)
 
     @property
     def final_norm(self) -> nnx.LayerNorm | None:
@@ -146,10 +161,11 @@ class Seq2SeqTransformer(TokenModel):
         return self.decoder_norm
 
     def encode(self, source_BxS: jax.Array, source_positions_BxS: jax.Array,
-               source_mask_BxS: jax.Array, key: jax.Array | None = None) -> jax.Array:
+               source_mask_BxS: jax.Array, key: jax.Array | None = None,
+               abacus_ids_BxS: jax.Array | None = None) -> jax.Array:
         """Encoder output ``[B, S, D]``; padded keys are masked out."""
         keys = split_key(key, 1 + len(self.encoder_layers))
-        x = self.embed_inputs(source_BxS, source_positions_BxS, keys[0])
+        x = self.embed_inputs(source_BxS, source_positions_BxS, keys[0], abacus_ids_BxS)
         (mask_BxSxS,) = prefix_masks(source_mask_BxS)
         for layer, layer_key in zip(self.encoder_layers, keys[1:], strict=True):
             x = layer(x, source_positions_BxS, mask_BxSxS, self.pe, layer_key)
@@ -158,11 +174,12 @@ class Seq2SeqTransformer(TokenModel):
     def decode(self, target_input_BxT: jax.Array, target_positions_BxT: jax.Array,
                encoded_BxSxD: jax.Array, source_positions_BxS: jax.Array,
                source_mask_BxS: jax.Array, target_mask_BxT: jax.Array,
-               key: jax.Array | None = None) -> jax.Array:
+               key: jax.Array | None = None, abacus_ids_BxT: jax.Array | None = None,
+               ) -> jax.Array:
         """Teacher-forced logits ``[B, T, V]`` (float32) under a causal mask."""
         self_mask, source_mask = prefix_masks(source_mask_BxS, target_mask_BxT)
         keys = split_key(key, 1 + len(self.decoder_layers))
-        y = self.embed_inputs(target_input_BxT, target_positions_BxT, keys[0])
+        y = self.embed_inputs(target_input_BxT, target_positions_BxT, keys[0], abacus_ids_BxT)
         for layer, layer_key in zip(self.decoder_layers, keys[1:], strict=True):
             y = layer(y, encoded_BxSxD, target_positions_BxT, source_positions_BxS, self_mask,
                       source_mask, self.pe, layer_key)
@@ -171,12 +188,16 @@ class Seq2SeqTransformer(TokenModel):
     def __call__(self, source_BxS: jax.Array, target_input_BxT: jax.Array,
                  source_positions_BxS: jax.Array, target_positions_BxT: jax.Array,
                  source_mask_BxS: jax.Array, target_mask_BxT: jax.Array,
-                 dropout_key: jax.Array | None = None) -> jax.Array:
-        """Teacher-forced logits ``[B, T, V]``; dropout only when ``dropout_key`` is given."""
+                 dropout_key: jax.Array | None = None,
+                 abacus_ids: tuple[jax.Array, jax.Array] | None = None) -> jax.Array:
+        """Teacher-forced logits ``[B, T, V]``; dropout only when ``dropout_key`` is given;
+        ``abacus_ids``: the source's ``[B, S]`` and the target slots' ``[B, T]``."""
         keys = split_key(dropout_key, 2)
-        encoded = self.encode(source_BxS, source_positions_BxS, source_mask_BxS, keys[0])
+        source_ids, target_ids = abacus_ids or (None, None)
+        encoded = self.encode(source_BxS, source_positions_BxS, source_mask_BxS, keys[0],
+                              source_ids)
         return self.decode(target_input_BxT, target_positions_BxT, encoded, source_positions_BxS,
-                           source_mask_BxS, target_mask_BxT, keys[1])
+                           source_mask_BxS, target_mask_BxT, keys[1], target_ids)
 
     def init_cache(self, target_positions_RxT: jax.Array, encoded_BxSxD: jax.Array,
                    ) -> list[dict[str, jax.Array]]:
@@ -190,14 +211,14 @@ class Seq2SeqTransformer(TokenModel):
 
     def decode_step(self, tokens_Bx1: jax.Array, positions_Bx1: jax.Array,
                     source_positions_BxS: jax.Array, source_mask_BxS: jax.Array,
-                    cache: list[dict[str, jax.Array]],
+                    cache: list[dict[str, jax.Array]], abacus_ids_Bx1: jax.Array | None = None,
                     ) -> tuple[jax.Array, list[dict[str, jax.Array]]]:
         """Logits ``[B, V]`` for one new token per sequence, and the updated cache
         (``init_cache``'s, which holds what the step needs of the encoder output)."""
         batch, max_length = cache[0]["k"].shape[0], cache[0]["k"].shape[-1]
         self_mask = cache_mask(cache[0]["index"], batch, max_length)
         _, source_mask = prefix_masks(source_mask_BxS, jnp.ones((batch, 1), bool))
-        y = self.embed_inputs(tokens_Bx1, positions_Bx1, None)
+        y = self.embed_inputs(tokens_Bx1, positions_Bx1, None, abacus_ids_Bx1)
         new_cache = []
         for layer, layer_cache in zip(self.decoder_layers, cache, strict=True):
             layer_cache = dict(layer_cache)  # updated in place by the layer

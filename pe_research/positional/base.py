@@ -71,6 +71,9 @@ class PositionalScheme(nnx.Module):
     # True when ``explicit_attention`` is softmax(q . k / sqrt(D) + bias) . v over the queries and
     # keys it is given (RoPE's test-time extensions), so that a logit scaling reaches every term.
     own_attention_is_q_dot_k: ClassVar[bool] = False
+    # The kind of task-supplied position IDs (``Task.position_kinds``) the scheme reads as its
+    # positions instead of 0, 1, 2, ... (position coupling's ``coupled``), or None.
+    task_positions: ClassVar[str | None] = None
 
     def __init__(self, pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs):
         self.d_model = d_model

@@ -9,6 +9,7 @@ from typing import Any
 from flax import nnx
 
 from pe_research.core.errors import ConfigError
+from pe_research.positional.abacus import ABACUS_DEFAULTS, check_abacus
 from pe_research.positional.alibi import ALiBi
 from pe_research.positional.base import PositionalScheme
 from pe_research.positional.cope import CoPE
@@ -22,6 +23,7 @@ from pe_research.positional.length_scaling import SSMAX_INIT, check_logit_scalin
 from pe_research.positional.nope import NoPE
 from pe_research.positional.path import PaTH
 from pe_research.positional.pope import PoPE
+from pe_research.positional.position_coupling import PositionCoupling
 from pe_research.positional.randomize import RANDOMIZE_DEFAULTS, check_randomize_config
 from pe_research.positional.rope import RoPE
 from pe_research.positional.scaled_sinusoidal import ScaledSinusoidal
@@ -53,15 +55,18 @@ SCHEMES: dict[str, type[PositionalScheme]] = {
     "pope": PoPE,
     "stick_breaking": StickBreaking,
     "path": PaTH,
+    "position_coupling": PositionCoupling,
 }
 
 # Keys of model.pe that belong to the model, not to any one scheme.
 # ``layers``: () means one scheme everywhere; otherwise a pattern repeated over each stack's
 # layers (``layer_blocks``).
 # ``logit_scaling``: attention sharpened with the number of keys (``length_scaling.py``).
+# ``abacus``: a table of the task's digit indices added to the token embedding (``abacus.py``).
 COMMON_DEFAULTS: dict[str, Any] = {"type": "rope", "combine": "add",
                                    "randomize": RANDOMIZE_DEFAULTS, "layers": (),
-                                   "logit_scaling": "none", "ssmax_init": SSMAX_INIT}
+                                   "logit_scaling": "none", "ssmax_init": SSMAX_INIT,
+                                   **ABACUS_DEFAULTS}
 # add: token + position. concat: W [token; position] + b, back to d_model. split: [token; position]
 # with token and position each d_model / 2 wide, no projection (same width, no extra parameters).
 COMBINE_CHOICES = ("add", "concat", "split")
@@ -100,6 +105,7 @@ def check_pe_config(pe: Mapping[str, Any], *, d_model: int, num_heads: int) -> N
     for index, block in enumerate(blocks):
         check_layer_block(block, index, d_model=d_model, num_heads=num_heads)
     check_logit_scaling(pe, [cls, *(scheme_class(block["type"]) for block in blocks)])
+    check_abacus(pe)
 
 
 def layer_blocks(pe: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -92,9 +92,15 @@ class AlgorithmicTask(Task):
     def eval_examples(self, lengths: Sequence[int], samples_per_length: int,
                       seed: int) -> Examples:
         self.check_lengths(lengths, "eval.lengths")
-        groups = [self.examples_of_length(np.random.default_rng([seed, EVAL_STREAM, int(n)]),
-                                          int(n), samples_per_length) for n in lengths]
+        groups = [self.eval_examples_of_length(
+            np.random.default_rng([seed, EVAL_STREAM, int(n)]), int(n), samples_per_length)
+            for n in lengths]
         return Examples.concatenate(groups)
+
+    def eval_examples_of_length(self, rng: np.random.Generator, n: int,
+                                count: int) -> Examples:
+        """The evaluation set's examples of length ``n`` (the training ones by default)."""
+        return self.examples_of_length(rng, n, count)
 
     def examples_of_length(self, rng: np.random.Generator, n: int, count: int) -> Examples:
         """``count`` examples of length ``n`` as vocabulary ids, padded with PAD_ID."""

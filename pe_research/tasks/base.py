@@ -25,6 +25,12 @@ from pe_research.tasks.vocabulary import PAD_ID, Vocabulary
 LENGTH_SAMPLING = ("per_batch", "mixed")
 
 
+# kind -> (source IDs int32 [B, S], target IDs int32 [B, T + 1]): position IDs a task supplies
+# beside its tokens (``Task.position_kinds``); the target's are those of the decoder's input
+# slots (BOS, then each target token), 0 on padding.
+TaskPositions = Mapping[str, tuple[np.ndarray, np.ndarray]]
+
+
 @dataclasses.dataclass(frozen=True)
 class Examples:
     """Token ids of ``B`` examples, each row padded with PAD_ID to the widest row."""
@@ -34,6 +40,7 @@ class Examples:
     target: np.ndarray  # int32 [B, T], without BOS / EOS
     target_lengths: np.ndarray  # int32 [B]
     lengths: np.ndarray  # int32 [B], the task length n of each example
+    positions: TaskPositions = dataclasses.field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -49,11 +56,18 @@ class Examples:
             target=np.concatenate([pad_columns(p.target, width_t) for p in parts]),
             target_lengths=np.concatenate([p.target_lengths for p in parts]),
             lengths=np.concatenate([p.lengths for p in parts]),
+            positions={kind: (np.concatenate([pad_columns(p.positions[kind][0], width_s)
+                                              for p in parts]),
+                              np.concatenate([pad_columns(p.positions[kind][1], width_t + 1)
+                                              for p in parts]))
+                       for kind in parts[0].positions},
         )
 
     def take(self, rows: np.ndarray) -> Examples:
         """The examples at ``rows`` (in that order)."""
-        return Examples(*(getattr(self, f.name)[rows] for f in dataclasses.fields(self)))
+        return Examples(self.source[rows], self.source_lengths[rows], self.target[rows],
+                        self.target_lengths[rows], self.lengths[rows],
+                        {kind: (s[rows], t[rows]) for kind, (s, t) in self.positions.items()})
 
 
 def pad_columns(x_BxL: np.ndarray, width: int, value: int = PAD_ID) -> np.ndarray:
@@ -87,6 +101,9 @@ class Task(abc.ABC):
     # False for tasks scored by teacher forcing alone (language modelling): range evaluation
     # then decodes nothing, and the task's ``metric`` is its headline.
     decodes: ClassVar[bool] = True
+    # Kinds of position IDs the task supplies beside its tokens (``Examples.positions``), for
+    # the schemes that read the task's structure: ``abacus``, ``coupled`` (position coupling).
+    position_kinds: ClassVar[tuple[str, ...]] = ()
 
     vocabulary: Vocabulary
     min_length: int = 1
