@@ -2,6 +2,8 @@
 
     python benchmarks/scheme_cost.py                          # every scheme, lengths 64 and 512
     python benchmarks/scheme_cost.py --schemes rope,fire --lengths 64 --steps 3
+    python benchmarks/scheme_cost.py --task addition --schemes learned,position_coupling \
+        --lengths 64 [--config.model.pe.abacus=True]
 
 A decoder-only model (configs/default.py's width: d_model 64, 4 heads, 2 layers, batch 32) copies
 strings so that the joint sequence is exactly L tokens (source L/2 - 1, SEP, target L/2 - 1,
@@ -58,12 +60,14 @@ def pair_tensors(jaxpr: jax.extend.core.ClosedJaxpr, length: int, limit: int) ->
 
 
 def scheme_config(args: argparse.Namespace, overrides: list[str], scheme: str, length: int):
-    """The benchmark config for ``scheme`` at joint length ``length``."""
-    n = length // 2 - 1
+    """The benchmark config for ``scheme`` at joint length ``length``: copy of L/2 - 1 symbols,
+    or (``--task addition``, for the schemes that read the task's position IDs) the addition of
+    two (L/2 - 1) // 2-digit numbers, padded to the same L/2 + L/2 slots."""
+    n = length // 2 - 1 if args.task == "copy" else (length // 2 - 1) // 2
     config = load_config(args.config, [
         "--config.model.architecture=decoder_only", f"--config.model.pe.type={scheme}",
         f"--config.model.num_decoder_layers={args.layers}", f"--config.data.train_lengths={n},{n}",
-        f"--config.data.buckets={length // 2}", "--config.task.name=copy",
+        f"--config.data.buckets={length // 2}", f"--config.task.name={args.task}",
         "--config.train.eval_lengths=()", f"--config.eval.lengths=({n},)",
         f"--config.data.batch_size={args.batch_size}", *overrides])
     if "max_len" in config.model.pe:
@@ -102,6 +106,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--steps", type=int, default=5, help="timed steps per block (3 blocks)")
+    parser.add_argument("--task", choices=("copy", "addition"), default="copy",
+                        help="addition: for position_coupling and model.pe.abacus, which read "
+                             "the task's position IDs (the same padded shapes)")
     overrides, rest = collect_overrides(sys.argv[1:])
     args = parser.parse_args(rest)
     schemes = [s for s in args.schemes.split(",") if s]
@@ -112,7 +119,8 @@ def main() -> None:
                for length in lengths for scheme in schemes}
     device = jax.devices()[0]
     print(f"device: {device.device_kind} ({jax.default_backend()}); decoder-only, "
-          f"{args.layers} layers, batch {args.batch_size}, {args.steps} timed steps x 3 blocks")
+          f"{args.layers} layers, batch {args.batch_size}, {args.steps} timed steps x 3 blocks, "
+          f"task {args.task}")
     for length in lengths:
         print(f"\nT = S = {length}\n")
         print("| scheme | attention | ms/step | vs none | compile (s) | XLA temp (MB) | "

@@ -18,7 +18,8 @@ from pe_research.analysis.report import REPORT_FILE, model_report, write_report
 from pe_research.analysis.run_inputs import evaluation_positions, example_batch
 from pe_research.analysis.run_inputs import load_analysis_run as load_run
 from pe_research.cli import main
-from pe_research.evaluation.range_eval import eval_position_key, example_statistics
+from pe_research.evaluation.batch_statistics import example_statistics
+from pe_research.evaluation.range_eval import eval_position_key
 
 
 @pytest.fixture(scope="module")

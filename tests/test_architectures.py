@@ -219,7 +219,11 @@ def test_a_training_step_on_positions_shared_by_the_rows_equals_rows_and_eager(a
         return
     model = single_stack(architecture, scheme)
     batch = ragged_batch()
-    shared = batch_positions(model.config.pe, batch, jax.random.key(0), False, architecture)
+    # A scheme that reads the task's position IDs gets them per row; the same model-level
+    # contract holds for shared positions, drawn here by the plain rule.
+    pe = ({**model.config.pe, "type": "none"} if SCHEMES[scheme].task_positions
+          else model.config.pe)
+    shared = batch_positions(pe, batch, jax.random.key(0), False, architecture)
     assert [p.shape for p in shared] == [(1, 6), (1, 6)]
     _, joint, _ = model.joint_inputs(batch["source"], batch["target_input"], *shared,
                                      batch["source_mask"], batch["target_mask"])

@@ -179,3 +179,27 @@ def test_single_stack_members_equal_single_runs_and_analyze(tmp_path, capsys):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert main(["analyze", str(members[1])]) == 0
     assert "encoder_self/layer_0" in capsys.readouterr().out
+
+
+def test_members_reading_the_tasks_position_ids_equal_single_runs(tmp_path):
+    """Position coupling with an Abacus table on addition: both draw their training offsets from
+    the member's own keys, and the batch's position IDs are stacked with its tokens."""
+    def config(seed):
+        member = load_config(DEFAULT_CONFIG, [
+            *OVERRIDES, "--config.task.name=addition", "--config.task.reversed=True",
+            "--config.task.operand_lengths=per_pair", "--config.task.zero_pad=False",
+            "--config.data.length_sampling=mixed", "--config.data.buckets=(8,16,32)",
+            "--config.data.train_lengths=(1,5)", "--config.train.eval_lengths=(8,)",
+            "--config.eval.lengths=(8,)",
+            "--config.model.pe.type=position_coupling", "--config.model.pe.max_position=24",
+            "--config.model.pe.randomize.max_position=0",
+            "--config.model.pe.abacus=True", "--config.model.pe.abacus_table_size=32",
+            "--config.model.pe.abacus_max_k=9"])
+        member.seed = seed
+        return member
+
+    members = [tmp_path / "seed_0", tmp_path / "seed_1"]
+    result = train_ensemble([config(0), config(1)], members)
+    assert not result.diverged
+    train(config(1), tmp_path / "single")
+    assert_same_run(members[1], tmp_path / "single")

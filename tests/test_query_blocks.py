@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 from test_architectures import ragged_batch, supported
-from tiny_models import tiny_config
+from tiny_models import tiny_config, with_task_positions
 
 from pe_research.config import base_config
 from pe_research.config.validate import validate_config
@@ -37,6 +37,7 @@ def model_of(architecture: str, scheme: str):
 
 
 def logits_of(model, batch):
+    batch = with_task_positions(batch, model.config.pe)
     positions = batch_positions(model.config.pe, batch, jax.random.key(0), False,
                                 model.config.architecture)
     return jax.jit(lambda b, p: model(b["source"], b["target_input"], *p, b["source_mask"],

@@ -95,3 +95,16 @@ def forced_cached_logits(model, source, source_positions, source_mask, target_po
     cache = model.init_cache(target_positions, encoded)
     _, logits_TxBxV = jax.lax.scan(step, cache, (tokens.T, target_positions.T))
     return jnp.swapaxes(logits_TxBxV, 0, 1)
+
+
+def with_task_positions(batch: dict, pe: dict) -> dict:
+    """``batch`` with the position IDs a scheme reads from its task (1, 2, ... on real tokens),
+    for schemes such as position coupling; unchanged for the others."""
+    from pe_research.positional import SCHEMES
+
+    kind = SCHEMES[pe["type"]].task_positions
+    if kind is None:
+        return batch
+    ids = {f"{side}_{kind}": jnp.where(mask, jnp.arange(1, mask.shape[1] + 1)[None, :], 0)
+           for side, mask in (("source", batch["source_mask"]), ("target", batch["target_mask"]))}
+    return {**batch, **ids}

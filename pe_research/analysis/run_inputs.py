@@ -15,7 +15,9 @@ from typing import Any
 import numpy as np
 
 from pe_research import data
+from pe_research.core.errors import ConfigError
 from pe_research.model.inputs import batch_positions, eval_position_key
+from pe_research.positional.abacus import uses_abacus
 from pe_research.positional.randomize import evaluation_keys, randomize_settings
 from pe_research.runs.restore import LoadedRun, load_run
 from pe_research.runs.run_dir import RunDir
@@ -27,7 +29,11 @@ def load_analysis_run(run_dir: str | Path, step: str = "",
                       overrides: Sequence[str] = ()) -> LoadedRun:
     """The run of ``run_dir`` at ``step`` ('best', 'latest', a step; default: the run's
     ``eval.checkpoint``), in float32; ``overrides`` are eval-time config changes."""
-    return load_run(run_dir, step or None, [*ANALYSIS_OVERRIDES, *overrides])
+    run = load_run(run_dir, step or None, [*ANALYSIS_OVERRIDES, *overrides])
+    if uses_abacus(run.config.model.pe):
+        raise ConfigError("model.pe.abacus", True, "the analyses read the model without the "
+                          "task's Abacus IDs; score this run with `pe-research eval`")
+    return run
 
 
 def example_batch(run: LoadedRun, length: int | None = None,

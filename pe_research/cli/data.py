@@ -93,6 +93,11 @@ def _show(args: argparse.Namespace) -> int:
     print(f"{task.name} (n = {args.length}; vocabulary of {task.vocabulary.size} tokens)")
     for row in range(len(examples)):
         print("  " + task.format_example(examples.source[row], examples.target[row]))
+        for kind, (source_ids, target_ids) in examples.positions.items():
+            source_ids = source_ids[row][:examples.source_lengths[row]]
+            target_ids = target_ids[row][:examples.target_lengths[row] + 1]
+            print(f"    {kind} IDs: {' '.join(map(str, source_ids))} | BOS, target: "
+                  f"{' '.join(map(str, target_ids))}")
     return 0
 
 

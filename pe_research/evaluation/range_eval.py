@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from flax import nnx
@@ -26,31 +25,19 @@ from tqdm import tqdm
 from pe_research import data
 from pe_research.core.errors import ConfigError, check_divisible
 from pe_research.evaluation import memory
+from pe_research.evaluation.batch_statistics import (
+    decodes_at_oracle_length,
+    example_statistics,
+    task_decodes,
+)
 from pe_research.model.attention import set_query_block
-from pe_research.model.decoding import greedy_decode
-from pe_research.model.inputs import (
-    abacus_inputs,
-    batch_positions,
-    eval_position_key,
-    scored_mask,
-)
-from pe_research.model.metrics import (
-    HEADLINE,
-    METRICS,
-    Outputs,
-    example_sums,
-    headline_for,
-    range_metrics,
-    summarize,
-    training_metrics,
-)
-from pe_research.positional.randomize import evaluation_keys, randomize_settings
+from pe_research.model.inputs import eval_position_key
+from pe_research.model.metrics import HEADLINE, METRICS, headline_for, summarize
+from pe_research.positional.randomize import randomize_settings
 from pe_research.positional.registry import scheme_class
 from pe_research.runs.restore import LoadedRun
 from pe_research.runs.run_dir import RunDir
 from pe_research.runtime import DATA_AXIS, batch_multiple, check_batch_fits, replicated, to_host
-from pe_research.tasks.registry import task_class
-from pe_research.tasks.vocabulary import EOS_ID
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,52 +98,6 @@ def summarize_length(length: int, totals: Mapping[str, float]) -> LengthResult:
     metrics = [metric for metric in METRICS.values() if metric.name in totals]
     return LengthResult(length=int(length), samples=int(totals["sequences"]),
                         values=summarize(totals, metrics))
-
-
-def example_statistics(model: Any, batch: Mapping[str, jax.Array], position_key: jax.Array,
-                       oracle_length: bool = False, first_row: jax.Array | int = 0,
-                       decode: bool = True) -> dict[str, jax.Array]:
-    """Per-example ``[B]`` numerators and counts of every metric; traced once per shape.
-    ``oracle_length`` decodes a second time, at the true length (``oracle_exact_match``);
-    without ``decode`` (a task scored by teacher forcing, such as language modelling) only the
-    teacher-forced metrics are computed, over the tokens the model was trained to predict.
-    Randomized positions drawn per example come from the example's index in its length's set
-    (``first_row`` is the batch's first), so splitting a batch changes no draw."""
-    pe = model.config.pe
-    position_key = evaluation_keys(pe, position_key, first_row, batch["source"].shape[0])
-    source_positions, target_positions = batch_positions(pe, batch, position_key, training=False,
-                                                         architecture=model.config.architecture)
-    abacus_ids = abacus_inputs(pe, batch, position_key, training=False)
-    logits = model(batch["source"], batch["target_input"], source_positions, target_positions,
-                   batch["source_mask"], batch["target_mask"], abacus_ids=abacus_ids)
-    if not decode:  # such tasks have no end token (train.predict_eos False): never scored
-        outputs = Outputs(logits, batch["target_output"], scored_mask(batch, predict_eos=False))
-        return example_sums(outputs, training_metrics())
-    decoded = greedy_decode(model, batch["source"], source_positions, batch["source_mask"],
-                            target_positions, target_mask_BxT=batch["target_mask"], eos_id=EOS_ID,
-                            abacus_ids=abacus_ids)
-    oracle_decoded = None
-    if oracle_length:  # the end token's step: the number of real target tokens, less one
-        eos_steps_B = jnp.sum(batch["target_mask"], axis=-1) - 1
-        oracle_decoded = greedy_decode(model, batch["source"], source_positions,
-                                       batch["source_mask"], target_positions,
-                                       target_mask_BxT=batch["target_mask"], eos_id=EOS_ID,
-                                       eos_steps_B=eos_steps_B, abacus_ids=abacus_ids)
-    outputs = Outputs(logits, batch["target_output"], batch["target_mask"], decoded,
-                      oracle_decoded)
-    return example_sums(outputs, range_metrics(oracle_length))
-
-
-def decodes_at_oracle_length(config: ml_collections.ConfigDict) -> bool:
-    """Whether range evaluation also decodes at the true length: when ``eval.oracle_length``
-    asks, and always for a run trained without the end token, which never learned to stop."""
-    return bool(config.eval.oracle_length) or not config.train.get("predict_eos", True)
-
-
-def task_decodes(config: ml_collections.ConfigDict) -> bool:
-    """Whether range evaluation decodes: not for tasks scored by teacher forcing alone."""
-    return task_class(config.task.name).decodes
-
 
 
 PROGRESS_DELAY_S = 3.0  # a bar only for evaluations a person waits for

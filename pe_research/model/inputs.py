@@ -61,6 +61,9 @@ def task_positions(pe: Mapping[str, Any], batch: Batch, kind: str, key: jax.Arra
     """The task's position IDs of ``kind`` as the scheme's positions ``[B, S]``/``[B, T]``
     (packed for single-stack models, as ``batch_positions``). In training each row's IDs
     start at s uniform in [1, max_position - its largest ID + 1] (they come started at 1)."""
+    if f"source_{kind}" not in batch:
+        raise ValueError(f"model.pe.type={pe['type']} reads the task's {kind!r} position IDs, "
+                         "which this batch lacks: use a task that supplies them (addition)")
     source, target = batch[f"source_{kind}"], batch[f"target_{kind}"]
     if training:
         largest_B = jnp.maximum(jnp.max(source, axis=-1), jnp.max(target, axis=-1))
