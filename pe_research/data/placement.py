@@ -25,11 +25,15 @@ def pad_to(batch: dict[str, np.ndarray], source_width: int,
     return out
 
 def stack_batches(batches: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """``[M, B, ...]``: every member's batch padded to the widest member's widths."""
+    """``[M, B, ...]``: every member's batch padded to the widest member's widths; a member
+    whose task supplies no position IDs of a kind another's does gets zeros there."""
     source = max(b["source"].shape[1] for b in batches)
     target = max(b["target_input"].shape[1] for b in batches)
     padded = [pad_to(b, source, target) for b in batches]
-    return {key: np.stack([b[key] for b in padded]) for key in batches[0]}
+    keys = dict.fromkeys(key for b in padded for key in b)
+    return {key: np.stack([b[key] if key in b else np.zeros_like(
+        b["source" if key.startswith("source") else "target_input"]) for b in padded])
+        for key in keys}
 
 def global_batch(local_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
     """Each key -> one ``jax.Array`` over all processes, batch axis sharded on mesh axis 'data'."""

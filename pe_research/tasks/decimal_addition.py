@@ -95,10 +95,11 @@ class DecimalAddition(AlgorithmicTask):
     * ``reversed``: operands and sum written least significant digit first (Abacus' format);
     * ``operand_lengths``: ``equal`` (both n digits), or ``per_pair``: in training one operand
       has n digits and the other a length uniform in [1, n], the longer one either operand (the
-      papers sample the two lengths per pair); evaluation always adds two n-digit numbers.
-      Numbers are then sampled with a non-zero leading digit (0-9 at one digit), as the papers;
+      papers sample the two lengths per pair); evaluation always adds two n-digit numbers;
     * ``zero_pad``: operands padded with leading zeros to n digits and the sum to n + 1
-      (position coupling's format); False writes each number at its own width;
+      (position coupling's format); False writes each number at its own width.
+      Outside the original format (equal lengths, zero-padded) every number of w digits is
+      drawn with a non-zero leading digit (0-9 at one digit), as the papers draw them;
     * ``index_hints``: each digit preceded by a hint symbol for its significance, hints
       consecutive from a random start among 102 (Zhou et al. 2024; mcleish7/arithmetic
       ``create_data_split.py``, ``pick_char_set``/``hints_helper``), in the sum too.

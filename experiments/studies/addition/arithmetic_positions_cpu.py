@@ -53,4 +53,6 @@ def get_config():
 
 
 def sweep():
-    return Sweep(grid=list(ARMS.values()), seeds=(0, 1, 2), members_per_program="auto")
+    # One program per arm: index hints stacked with NoPE would pad NoPE's batches to the hinted
+    # widths (twice as long), and a 6-member program runs on one core alone.
+    return Sweep(grid=list(ARMS.values()), seeds=(0, 1, 2), members_per_program="point")
