@@ -85,7 +85,8 @@ def test_changing_the_scheme_rebuilds_its_block_first():
                                   "--config.model.pe.type=alibi"])
     assert alibi.model.pe.randomize.max_position == 256  # scheme-independent keys are kept
     assert set(alibi.model.pe) == {"type", "combine", "randomize", "layers", "logit_scaling",
-                                   "ssmax_init", "heads", "learnable_slopes"}
+                                   "ssmax_init", "abacus", "abacus_max_k", "abacus_table_size",
+                                   "heads", "learnable_slopes"}
 
 
 def test_changing_the_task_rebuilds_its_block():
