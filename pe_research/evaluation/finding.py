@@ -33,6 +33,16 @@ PART_WAYS = 0.10
 HOLDS = 1.10
 
 
+def seed_order(values: Sequence[float], other: Sequence[float]) -> str:
+    """``above`` / ``below`` when every seed of ``values`` is above / below every seed of
+    ``other`` (the claims table's rule), else ``level``."""
+    if min(values) > max(other):
+        return "above"
+    if max(values) < min(other):
+        return "below"
+    return "level"
+
+
 def name_list(names: Sequence[str]) -> str:
     """'a', 'a and b', 'a, b and c'; names holding a comma ('pe.type=dape, base=alibi') are
     separated by semicolons, so each stays one name."""

@@ -27,6 +27,7 @@ from matplotlib.figure import Figure
 from pe_research.core.atomic_files import atomic_open, atomic_savefig, atomic_write_text
 from pe_research.core.errors import ConfigError
 from pe_research.evaluation.compare import RunCurve, load_curve
+from pe_research.evaluation.finding import seed_order
 from pe_research.evaluation.group_summary import lengths_text, run_scores
 from pe_research.model.metrics import get_metric
 from pe_research.runs.run_dir import DEFAULT_EVAL_NAME
@@ -71,11 +72,10 @@ def versus_plain(cells: dict[tuple[str, str], Cell], task: str, column: str,
     if plain_column == column or (task, plain_column) not in cells:
         return ""
     randomized, plain = cells[(task, column)].values, cells[(task, plain_column)].values
-    if min(randomized) > max(plain):
-        return "above" if higher_is_better else "below"
-    if max(randomized) < min(plain):
-        return "below" if higher_is_better else "above"
-    return "level"
+    order = seed_order(randomized, plain)
+    if higher_is_better or order == "level":
+        return order
+    return "below" if order == "above" else "above"
 
 
 def build_cells(curves: Sequence[RunCurve], metric_name: str,

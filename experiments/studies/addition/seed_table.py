@@ -16,6 +16,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from pe_research.evaluation.finding import seed_order
+
 RANGES = {"1-10": (1, 10), "15-25": (15, 25), "30-40": (30, 40)}
 METRICS = ("exact_match", "output_token_accuracy")
 COLUMNS = [f"{metric} {name}" for metric in METRICS for name in RANGES]
@@ -27,15 +29,6 @@ def run_scores(run_dir: Path) -> dict[str, float]:
     return {f"{metric} {name}": 100 * statistics.mean(row[metric] for row in rows
                                                       if low <= row["length"] <= high)
             for metric in METRICS for name, (low, high) in RANGES.items()}
-
-
-def verdict(values: list[float], other: list[float]) -> str:
-    """``above`` / ``below`` when every seed is above / below every seed of ``other``."""
-    if min(values) > max(other):
-        return "above"
-    if max(values) < min(other):
-        return "below"
-    return "level"
 
 
 def main(sweep_dirs: list[str]) -> None:
@@ -54,7 +47,7 @@ def main(sweep_dirs: list[str]) -> None:
         print(f"| {point} | " + " | ".join(cells) + " |")
     print("\nevery seed against every seed:")
     for (a, runs_a), (b, runs_b) in itertools.permutations(points.items(), 2):
-        marks = [f"{c} {verdict([x[c] for x in runs_a], [x[c] for x in runs_b])}"
+        marks = [f"{c} {seed_order([x[c] for x in runs_a], [x[c] for x in runs_b])}"
                  for c in COLUMNS]
         print(f"- {a} vs {b}: " + "; ".join(marks))
 

@@ -15,6 +15,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from pe_research.evaluation.finding import seed_order
+
 METRICS = ("exact_match", "output_token_accuracy")
 
 
@@ -30,16 +32,6 @@ def run_scores(run_dir: Path) -> dict[str, float]:
             values = [row[metric] for row in result["rows"] if keep(row["length"])]
             scores[f"{metric}/{name}"] = 100 * statistics.mean(values)
     return scores
-
-
-def verdict(values: list[float], plain: list[float]) -> str:
-    """``above`` / ``below`` when every seed is above / below every seed of ``plain`` (the
-    claims table's rule), else ``level``."""
-    if min(values) > max(plain):
-        return "above"
-    if max(values) < min(plain):
-        return "below"
-    return "level"
 
 
 def main(sweep_dirs: list[str]) -> None:
@@ -66,7 +58,8 @@ def main(sweep_dirs: list[str]) -> None:
             plain = points.get(f"{scheme},logit_scaling=none")
             if plain is None:
                 continue
-            marks = [f"{column} {verdict([r[column] for r in runs], [r[column] for r in plain])}"
+            marks = [f"{column} "
+                     f"{seed_order([r[column] for r in runs], [r[column] for r in plain])}"
                      for column in columns]
             print(f"- {point}: " + "; ".join(marks))
 
