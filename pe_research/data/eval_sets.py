@@ -73,7 +73,8 @@ def one_shape_per_source_bucket(
                   max(t for s, t in widths.values() if 0 < s <= source))
             for key, (source, target) in widths.items()}
 
-_COLUMNS: dict[str, tuple[np.ndarray, Ragged, Ragged, dict[str, tuple[Ragged, Ragged]]]] = {}
+Columns = tuple[np.ndarray, Ragged, Ragged, dict[str, tuple[Ragged, Ragged]]]
+_COLUMNS: dict[str, Columns] = {}
 
 def _columns(dataset: datasets.Dataset) -> tuple[np.ndarray, Ragged, Ragged]:
     """The eval set's lengths, sources and targets (read once per set, not once per length)."""
@@ -83,7 +84,8 @@ def _position_columns(dataset: datasets.Dataset) -> dict[str, tuple[Ragged, Ragg
     """kind -> the stored source and target position IDs (``Examples.positions``)."""
     return _read(dataset)[3]
 
-def _read(dataset: datasets.Dataset):
+def _read(dataset: datasets.Dataset) -> Columns:
+    """Lengths, sources, targets and position IDs of the set, read once per set."""
     fingerprint = dataset._fingerprint  # datasets' content hash of the set
     if fingerprint not in _COLUMNS:
         table = dataset.with_format("arrow")[:]
