@@ -40,16 +40,21 @@ def little_endian(value: int, n: int) -> list[int]:
     return [int(c) for c in str(value).zfill(n)[::-1]]
 
 
+# Coupled IDs as HanseulJo/position-coupling ``AdditionDatasetWithCoupledPositions`` gives them
+# at start 1: significance i at 1 + W - i (W: the wider operand), '+' and '=' at W + 2.
 @pytest.mark.parametrize(("config", "numbers", "example", "abacus", "coupled"), [
     # 653 + 49 = 702, reversed, each at its own width: the carry makes no extra digit.
     ({"reversed": True, "zero_pad": False}, (653, 49), ("356+94", "207"),
-     ([1, 2, 3, 0, 1, 2], [0, 1, 2, 3]), ([2, 3, 4, 1, 2, 3], [1, 2, 3, 4])),
-    # 95 + 7 = 102, reversed: the carry out of the top digit lengthens the sum.
+     ([1, 2, 3, 0, 1, 2], [0, 1, 2, 3]), ([4, 3, 2, 5, 4, 3], [5, 4, 3, 2])),
+    # 95 + 7 = 102, reversed: the carry out of the top digit lengthens the sum (its 1 at ID 1).
     ({"reversed": True, "zero_pad": False}, (95, 7), ("59+7", "201"),
-     ([1, 2, 0, 1], [0, 1, 2, 3]), ([2, 3, 1, 2], [1, 2, 3, 4])),
-    # The authors' zero-padded operands, not reversed ('=' after the sum's width: 1 + 1 + 3).
+     ([1, 2, 0, 1], [0, 1, 2, 3]), ([3, 2, 4, 3], [4, 3, 2, 1])),
+    # Zero-padded operands, nothing reversed.
     ({"reversed": False, "zero_pad": True}, (95, 7), ("95+07", "102"),
-     ([1, 2, 0, 1, 2], [0, 1, 2, 3]), ([3, 2, 1, 3, 2], [5, 4, 3, 2])),
+     ([1, 2, 0, 1, 2], [0, 1, 2, 3]), ([2, 3, 4, 2, 3], [4, 1, 2, 3])),
+    # The authors' format: zero-padded operands as written, the sum reversed with its IDs.
+    ({"reversed": True, "reversed_operands": False, "zero_pad": True}, (95, 7),
+     ("95+07", "201"), ([1, 2, 0, 1, 2], [0, 1, 2, 3]), ([2, 3, 4, 2, 3], [4, 3, 2, 1])),
     # Index hints, from hint 101 (the last symbol) round to 0: every digit is a run of its own.
     ({"reversed": True, "zero_pad": False, "index_hints": True}, (95, 7),
      ("ω5A9+ω7", "ω2A0B1"), ([0, 1, 0, 1, 0, 0, 1], [0, 0, 1, 0, 1, 0, 1]), None),
@@ -77,11 +82,14 @@ def test_abacus_and_coupled_ids_of_hand_worked_additions(config, numbers, exampl
 @pytest.mark.parametrize("config", [
     {}, {"reversed": True}, {"reversed": True, "operand_lengths": "per_pair", "zero_pad": False},
     {"operand_lengths": "per_pair"}, {"reversed": True, "index_hints": True,
-                                      "operand_lengths": "per_pair", "zero_pad": False}])
+                                      "operand_lengths": "per_pair", "zero_pad": False},
+    {"reversed": True, "reversed_operands": False, "operand_lengths": "per_pair"}])
 def test_every_format_writes_a_correct_sum(config):
     task = get_task({"name": "addition", **config})
     examples = task.examples_of_length(np.random.default_rng(1), 7, 300)
-    reverse = (lambda s: s[::-1]) if config.get("reversed") else (lambda s: s)
+    keep = lambda s: s  # noqa: E731
+    reverse = (lambda s: s[::-1]) if config.get("reversed") else keep  # noqa: E731
+    reverse_operand = reverse if config.get("reversed_operands", True) else keep
     for row in range(300):
         source, target = written_example(task, examples, row)
         if config.get("index_hints"):
@@ -95,7 +103,7 @@ def test_every_format_writes_a_correct_sum(config):
             source, target = source.replace("".join(hints), ""), target
             source = "".join(c for c in source if c.isdigit() or c == "+")
             target = "".join(c for c in target if c.isdigit())
-        a, b = (int(reverse(part)) for part in source.split("+"))
+        a, b = (int(reverse_operand(part)) for part in source.split("+"))
         total = reverse(target)
         assert int(total) == a + b
         if config.get("zero_pad", True):

@@ -2,7 +2,8 @@
 
 Source: HanseulJo/position-coupling, ``src/data/addition.py``
 (``AdditionDatasetWithCoupledPositions``: digits of equal significance share an ID; in training
-the IDs start at s uniform in [1, max_position - len(labels)], at test at 1) and
+the IDs start at s uniform in [1, max_position - W - 1], W the wider operand's width, so the
+largest ID s + W + 1 stays in the table; at test at 1) and
 ``configs/task/addition_coupled.yaml`` (``max_position: 132``). The task supplies the IDs with
 start 1 (``tasks/digit_positions.py``); ``model.inputs.batch_positions`` adds the random start.
 The table is the GPT-2 position table the authors' decoder reads (rows N(0, 0.02^2)), one row per

@@ -92,7 +92,8 @@ class DecimalAddition(AlgorithmicTask):
 
     Keys, for the formats of the arithmetic papers:
 
-    * ``reversed``: operands and sum written least significant digit first (Abacus' format);
+    * ``reversed``: the sum written least significant digit first, and the operands too unless
+      ``reversed_operands`` is False (True: Abacus' format; False: position coupling's);
     * ``operand_lengths``: ``equal`` (both n digits), or ``per_pair``: in training one operand
       has n digits and the other a length uniform in [1, n], the longer one either operand (the
       papers sample the two lengths per pair); evaluation always adds two n-digit numbers;
@@ -111,11 +112,11 @@ class DecimalAddition(AlgorithmicTask):
 
     @classmethod
     def default_config(cls) -> dict[str, Any]:
-        return {"reversed": False, "operand_lengths": "equal", "zero_pad": True,
-                "index_hints": False}
+        return {"reversed": False, "reversed_operands": True, "operand_lengths": "equal",
+                "zero_pad": True, "index_hints": False}
 
     def check_config(self) -> None:
-        for key in ("reversed", "zero_pad", "index_hints"):
+        for key in ("reversed", "reversed_operands", "zero_pad", "index_hints"):
             if not isinstance(self.config[key], bool):
                 raise ConfigError(f"task.{key}", self.config[key], "True or False")
         check_choice("task.operand_lengths", self.config["operand_lengths"], OPERAND_LENGTHS)
@@ -169,8 +170,10 @@ class DecimalAddition(AlgorithmicTask):
             a_widths_B, b_widths_B, sum_widths = full, full, full + 1
         else:
             sum_widths = np.max(np.where(total > 0, np.arange(n + 1)[None, :] + 1, 1), axis=1)
-        parts = [written(digits, widths, config["reversed"]) for digits, widths in
-                 ((a_BxN, a_widths_B), (b_BxN, b_widths_B), (total, sum_widths))]
+        operands_reversed = config["reversed"] and config["reversed_operands"]
+        parts = [written(digits, widths, reversed_) for digits, widths, reversed_ in
+                 ((a_BxN, a_widths_B, operands_reversed), (b_BxN, b_widths_B, operands_reversed),
+                  (total, sum_widths, config["reversed"]))]
         widths = [a_widths_B, b_widths_B, sum_widths]
         if config["index_hints"]:
             parts = [hinted(symbols, significance, hint_start_B)
@@ -183,7 +186,7 @@ class DecimalAddition(AlgorithmicTask):
         source_sig, _ = joined([a_sig, np.full((count, 1), -1), b_sig],
                                [widths[0], ones, widths[1]])
         return self._examples(source, source_widths, source_sig, target, widths[2], target_sig,
-                              sum_widths, n)
+                              n)
 
     def eval_examples_of_length(self, rng: np.random.Generator, n: int,
                                 count: int) -> Examples:
@@ -200,14 +203,13 @@ class DecimalAddition(AlgorithmicTask):
 
     def _examples(self, source: np.ndarray, source_widths: np.ndarray, source_sig: np.ndarray,
                   target: np.ndarray, target_widths: np.ndarray, target_sig: np.ndarray,
-                  sum_widths: np.ndarray, n: int) -> Examples:
+                  n: int) -> Examples:
         """Symbol rows (-1 past each row's end) -> vocabulary ids with their position IDs."""
         offset = self.vocabulary.first_symbol_id
         positions = {"abacus": abacus_ids((source >= 0) & (source < PLUS),
                                           (target >= 0) & (target < PLUS))}
         if "coupled" in self.position_kinds:
-            positions["coupled"] = coupled_ids(source_sig, source == PLUS, target_sig,
-                                               sum_widths, self.config["reversed"])
+            positions["coupled"] = coupled_ids(source_sig, source == PLUS, target_sig)
         return Examples(
             source=np.where(source >= 0, source + offset, PAD_ID).astype(np.int32),
             source_lengths=source_widths.astype(np.int32),

@@ -7,10 +7,11 @@ give the same IDs for the same tokens.
   digit's index within its run of consecutive digits, from 1; every other token 0. Written least
   significant digit first, digits of equal significance then share an ID.
 * **Position coupling** (Cho et al. 2024, HanseulJo/position-coupling
-  ``src/data/addition.py``, ``AdditionDatasetWithCoupledPositions``): with start s (1 here; the
-  model draws it in training) a digit of significance i gets s + 1 + i, in either operand and
-  in the sum; ``+`` gets s; the ``=`` slot (our BOS) s when the sum is reversed, else
-  s + 1 + the sum's width.
+  ``src/data/addition.py``, ``AdditionDatasetWithCoupledPositions.__getitem__``): with start s
+  (1 here; the model draws it in training) and W the wider operand's written width, a digit of
+  significance i gets s + W - i, in either operand and in the sum (whose top digit, i = W, gets
+  s); ``+`` and the ``=`` slot (our BOS) get s + W + 1. Reversing a number reverses its IDs
+  with its digits, as the authors' ``reverse_input``/``reverse_output`` do.
 """
 
 from __future__ import annotations
@@ -37,18 +38,16 @@ def abacus_ids(source_is_digit_BxS: np.ndarray, target_is_digit_BxT: np.ndarray,
 
 
 def coupled_ids(source_significance_BxS: np.ndarray, source_is_plus_BxS: np.ndarray,
-                target_significance_BxT: np.ndarray, target_widths_B: np.ndarray,
-                sum_reversed: bool) -> tuple[np.ndarray, np.ndarray]:
+                target_significance_BxT: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Coupled IDs of the source ``[B, S]`` and of the decoder's input slots ``[B, T + 1]``.
 
     ``*_significance``: each digit's significance (0 for the units), -1 for other tokens and
-    padding; ``target_widths_B``: the sum's written width.
+    padding.
     """
-    start = COUPLING_START
-    source = np.where(source_significance_BxS >= 0, start + 1 + source_significance_BxS, 0)
-    source = np.where(source_is_plus_BxS, start, source)
-    equals = (np.full(len(target_widths_B), start) if sum_reversed
-              else start + 1 + np.asarray(target_widths_B))
-    digits = np.where(target_significance_BxT >= 0, start + 1 + target_significance_BxT, 0)
+    width_B = np.max(source_significance_BxS, axis=1) + 1
+    top_B = (COUPLING_START + width_B)[:, None]
+    source = np.where(source_significance_BxS >= 0, top_B - source_significance_BxS, 0)
+    source = np.where(source_is_plus_BxS, top_B + 1, source)
+    digits = np.where(target_significance_BxT >= 0, top_B - target_significance_BxT, 0)
     return (source.astype(np.int32),
-            np.concatenate([equals[:, None], digits], axis=1).astype(np.int32))
+            np.concatenate([top_B + 1, digits], axis=1).astype(np.int32))

@@ -6,9 +6,11 @@ in attention, the authors' main model), position coupling and index hints agains
 and a learned absolute table. One format for every scheme, Abacus' (McLeish et al. 2024):
 operands and sum written least significant digit first, each number at its own width, operand
 lengths drawn per pair (one operand n digits, the other 1 to n), one n from 1 to 10 per
-training batch; evaluation adds two n-digit numbers, n up to 40 (exact match of the greedy
-decoding). The decoder-only causal LM of configs/sweeps/nope_decoder_only_cpu.py (4 layers,
-d_model 64, 4 heads), 5,000 steps, three seeds. The study is docs/studies/addition.md.
+training batch; position coupling also in its authors' format (Cho et al. 2024: operands
+zero-padded and written as usual, the sum reversed). Evaluation adds two n-digit numbers, n up
+to 40 (exact match of the greedy decoding). The decoder-only causal LM of
+configs/sweeps/nope_decoder_only_cpu.py (4 layers, d_model 64, 4 heads), 5,000 steps, three
+seeds. The study is docs/studies/addition.md.
 """
 
 from pathlib import Path
@@ -24,6 +26,9 @@ BASE = REPO / "configs/sweeps/nope_decoder_only_cpu.py"
 ARMS: dict[str, dict] = {
     "abacus_nope": {"model.pe.type": "none", "model.pe.abacus": True},
     "coupling": {"model.pe.type": "position_coupling"},
+    # The coupling authors' own format: zero-padded operands as written, the sum reversed.
+    "coupling_own_format": {"model.pe.type": "position_coupling", "task.reversed_operands": False,
+                            "task.zero_pad": True},
     "index_hints": {"model.pe.type": "none", "task.index_hints": True},
     "nope": {"model.pe.type": "none"},
     "fire": {"model.pe.type": "fire"},
