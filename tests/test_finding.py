@@ -63,6 +63,15 @@ def test_a_group_learned_only_when_every_seed_learned():
                            "match in distribution on the weakest seed, below 95%)")
 
 
+def test_a_score_just_below_the_bar_is_never_printed_as_the_bar():
+    close = [1.0] * 5 + [0.69] + COLLAPSES[6:]  # in distribution 94.83%: "95%" if rounded
+    text = sentence({"alibi": [HOLDS, close], "rope": [COLLAPSES, COLLAPSES]})
+    assert text.startswith("alibi did not learn the training lengths 1-6 (94.8% decoded exact "
+                           "match in distribution on the weakest seed, below 95%)"), text
+    far = [1.0] * 5 + [0.64] + COLLAPSES[6:]  # 94%: printed as usual
+    assert "(94% decoded exact match" in sentence({"alibi": [HOLDS, far], "rope": [COLLAPSES]})
+
+
 def test_a_seed_short_at_one_training_length_is_named_after_the_ranking():
     dip = [1.0] * 5 + [0.76] + HOLDS[6:]  # in distribution 96%, 76% at length 6
     text = sentence({"alibi": [HOLDS, dip], "rope": [COLLAPSES, COLLAPSES]})

@@ -17,6 +17,7 @@ the groups whose training lengths fall short under the settings are named.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -52,9 +53,15 @@ def name_list(names: Sequence[str]) -> str:
     return f"{separator.join(names[:-1])} and {names[-1]}"
 
 
-def _percents(values: Sequence[float]) -> str:
-    """'35%' or '35% and 32%'."""
-    return name_list([f"{100 * v:.0f}%" for v in values])
+def _percents(values: Sequence[float], below: float | None = None) -> str:
+    """'35%' or '35% and 32%'; a value under ``below`` that would round up to it ('95%' for
+    94.96%) is cut to one decimal instead ('94.9%')."""
+    def text(value: float) -> str:
+        if below is not None and value < below and round(100 * value) >= 100 * below:
+            return f"{math.floor(1000 * value) / 10:.1f}%"
+        return f"{100 * value:.0f}%"
+
+    return name_list([text(v) for v in values])
 
 
 def describe_comparison(groups: Mapping[str, Mapping[str, Any]],
@@ -105,7 +112,7 @@ def _sentence(groups: Mapping[str, Mapping[str, Any]],
     worst = {name: fit[name].get("in_dist_worst", fit[name]["in_dist_mean"]) for name in names}
     short = [name for name in names if not worst[name] >= learned]
     if short:
-        scores = _percents([worst[name] for name in short])
+        scores = _percents([worst[name] for name in short], below=learned)
         head = (f"No {each} learned the training lengths {low}-{high}" if len(short) == len(names)
                 else f"{name_list(short)} did not learn the training lengths {low}-{high}")
         seed = " on the weakest seed" if any(summaries[n]["runs"] > 1 for n in short) else ""
@@ -128,8 +135,8 @@ def _shortfall(summaries: Mapping[str, Mapping[str, Any]], learned: float, what:
     if value >= learned:
         return ""
     who = f"{name}'s seed {seed}" if summaries[name]["runs"] > 1 else name
-    return (f" At one training length a model falls short: {who} scores {100 * value:.0f}% "
-            f"{what} at length {length}.")
+    return (f" At one training length a model falls short: {who} scores "
+            f"{_percents([value], below=learned)} {what} at length {length}.")
 
 
 def _ranking(groups: Mapping[str, Mapping[str, Any]], summaries: Mapping[str, Mapping[str, Any]],
