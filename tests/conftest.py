@@ -117,8 +117,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def experiment_path(name: str) -> Path:
-    """``experiments/<name>.py``, or a study's ``experiments/studies/<topic>/<name>.py``."""
-    found = [REPO / "experiments" / f"{name}.py",
+    """``experiments/<name>.py``, or a study's ``experiments/studies/<topic>/<name>.py`` (name
+    it ``<topic>/<name>`` where two studies have a script of that name)."""
+    found = [REPO / "experiments" / f"{name}.py", REPO / "experiments" / "studies" / f"{name}.py",
              *sorted((REPO / "experiments" / "studies").glob(f"*/{name}.py"))]
     return next(path for path in found if path.is_file())
 

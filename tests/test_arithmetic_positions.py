@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import load_experiment
 from flax import nnx
 
 from pe_research.config import apply_overrides, base_config, validate_config
@@ -251,3 +252,19 @@ def test_scheme_and_task_mismatches_are_one_line_errors(overrides, message):
     assert "\n" not in str(error.value)
     if "copy" not in overrides[0]:  # the same study config validates without the mismatch
         validate_config(apply_overrides(base_config(), STUDY))
+
+
+def test_the_study_table_names_each_run_by_the_most_specific_arm_it_holds():
+    seed_table = load_experiment("addition/seed_table")
+    arms = seed_table.study_arms()
+    config = base_config().to_dict()
+    config["model"]["pe"]["type"] = "position_coupling"
+    assert seed_table.arm_of(config, arms) == "coupling"
+    config["task"].update(reversed_operands=False, zero_pad=True)
+    assert seed_table.arm_of(config, arms) == "coupling_own_format"
+    config["model"]["pe"]["type"] = "none"
+    assert seed_table.arm_of(config, arms) == "nope"
+    config["task"]["index_hints"] = True
+    assert seed_table.arm_of(config, arms) == "index_hints"
+    config["model"]["pe"]["type"] = "alibi"
+    assert seed_table.arm_of(config, arms) is None
