@@ -4,6 +4,8 @@ cached decoding under them."""
 
 from __future__ import annotations
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,9 +21,11 @@ from pe_research.model.decoding import greedy_decode, naive_greedy_decode
 from pe_research.model.inputs import abacus_inputs, batch_positions
 from pe_research.model.single_stack import SingleStackTransformer
 from pe_research.model.transformer import Seq2SeqTransformer
+from pe_research.runs.run_dir import load_run_config
 from pe_research.tasks import get_task
 from pe_research.tasks.decimal_addition import HINT_SYMBOLS
 from pe_research.tasks.digit_positions import digit_runs
+from pe_research.training.loop import config_changes
 
 BUCKETS = (16, 32, 64)
 
@@ -268,3 +272,21 @@ def test_the_study_table_names_each_run_by_the_most_specific_arm_it_holds():
     assert seed_table.arm_of(config, arms) == "index_hints"
     config["model"]["pe"]["type"] = "alibi"
     assert seed_table.arm_of(config, arms) is None
+
+
+def test_a_coupling_run_trained_on_the_mirrored_ids_is_refused_in_one_line(tmp_path):
+    """Runs trained before the coupled IDs followed the authors' code (their addition config
+    has no ``reversed_operands``) are refused at evaluation and at resume, naming the run."""
+    config = apply_overrides(base_config(), [*STUDY, "model.pe.type=position_coupling"])
+    values = config.to_dict()
+    del values["task"]["reversed_operands"]
+    (tmp_path / "config.json").write_text(json.dumps(values))
+    for read in (lambda: load_run_config(tmp_path), lambda: config_changes(config, tmp_path)):
+        with pytest.raises(ConfigError, match=f"{tmp_path} was trained on coupled IDs mirrored"
+                           ) as error:
+            read()
+        assert "\n" not in str(error.value)
+    values["task"]["reversed_operands"] = True  # written by this version: read as usual
+    (tmp_path / "config.json").write_text(json.dumps(values))
+    assert load_run_config(tmp_path).model.pe.type == "position_coupling"
+    assert config_changes(config, tmp_path) == {}

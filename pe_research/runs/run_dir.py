@@ -141,6 +141,18 @@ def save_config(config: ml_collections.ConfigDict, run_dir: str | Path,
     return atomic_write_text(path, json.dumps(values, indent=2, sort_keys=True) + "\n")
 
 
+def check_position_ids(values: Mapping[str, Any], run_dir: str | Path) -> None:
+    """ConfigError for a run trained on task-supplied position IDs that this version assigns
+    otherwise: position coupling before its IDs followed the authors' code (the addition task
+    gained ``reversed_operands`` with that change, so its stored config lacks the key)."""
+    task, pe = values.get("task", {}), values.get("model", {}).get("pe", {})
+    if (task.get("name") == "addition" and pe.get("type") == "position_coupling"
+            and "reversed_operands" not in task):
+        raise ConfigError("model.pe.type", "position_coupling",
+                          f"{run_dir} was trained on coupled IDs mirrored from the authors' "
+                          "(s + 1 + i), which this version no longer assigns; train it again")
+
+
 def read_run_config(run_dir: str | Path) -> dict[str, Any]:
     """A run's ``config.json`` as plain values, completed with today's defaults: keys added
     since the run was written read as their defaults, so old and new runs compare."""
@@ -151,6 +163,7 @@ def load_run_config(run_dir: str | Path, overrides: Sequence[str] = (), *,
                     validate: bool = True) -> ml_collections.ConfigDict:
     """The config saved in a run directory, completed, overridden and validated."""
     values = RunDir(run_dir).read_config()
+    check_position_ids(values, run_dir)
     config = apply_overrides(from_mapping(values), overrides)
     if validate:
         validate_config(config)

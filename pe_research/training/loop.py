@@ -35,7 +35,7 @@ from pe_research.runs.init_from import (
 )
 from pe_research.runs.lock import RunDirLock
 from pe_research.runs.restore import run_task
-from pe_research.runs.run_dir import RunDir, save_config
+from pe_research.runs.run_dir import RunDir, check_position_ids, save_config
 from pe_research.runs.tracking import make_writer
 from pe_research.runtime import check_batch_fits, data_mesh, replicated, sync_processes
 from pe_research.training.periodic_eval import PeriodicEvaluator
@@ -70,8 +70,10 @@ def config_changes(config: ml_collections.ConfigDict, run_dir: Path) -> dict[str
     path = RunDir(run_dir).config
     if not path.exists():
         return {}
+    stored = RunDir(run_dir).read_config()
+    check_position_ids(stored, run_dir)
     # Completed with today's defaults, so keys added since the run was written are no change.
-    old = flat_config(to_dict(from_mapping(RunDir(run_dir).read_config())))
+    old = flat_config(to_dict(from_mapping(stored)))
     new = flat_config(to_dict(config))
     differing = [key for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
     refused = [key for key in differing if not key.startswith(RESUMABLE_CHANGES)]
