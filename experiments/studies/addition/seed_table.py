@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import itertools
-import json
 import statistics
 from collections import defaultdict
 from collections.abc import Mapping
@@ -25,8 +24,11 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from pe_research.config import flat_config
 from pe_research.evaluation.finding import seed_order
 from pe_research.evaluation.plots import mark_training_range, save_figure
+from pe_research.evaluation.results import read_results
+from pe_research.runs.run_dir import RunDir, read_run_config
 
 SWEEP_FILE = Path(__file__).with_name("arithmetic_positions_cpu.py")
 
@@ -37,7 +39,7 @@ COLUMNS = [f"{metric} {name}" for metric in METRICS for name in RANGES]
 
 def run_rows(run_dir: Path) -> list[dict[str, Any]]:
     """The rows (one per evaluated length) of a run's ``eval/eval.json``."""
-    return json.loads((run_dir / "eval" / "eval.json").read_text())["rows"]
+    return read_results(RunDir(run_dir).eval_results())["rows"]
 
 
 def run_scores(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -83,14 +85,9 @@ def study_arms() -> dict[str, dict[str, Any]]:
 
 def arm_of(config: Mapping[str, Any], arms: Mapping[str, Mapping[str, Any]]) -> str | None:
     """The arm with the most overrides of those whose every override ``config`` holds."""
-    def value(key: str) -> Any:
-        node: Any = config
-        for part in key.split("."):
-            node = node.get(part) if isinstance(node, Mapping) else None
-        return node
-
+    flat = flat_config(dict(config))
     holding = [name for name, overrides in arms.items()
-               if all(value(key) == wanted for key, wanted in overrides.items())]
+               if all(flat.get(key) == wanted for key, wanted in overrides.items())]
     return max(holding, key=lambda name: len(arms[name]), default=None)
 
 
@@ -99,8 +96,8 @@ def main(sweep_dirs: list[str], figure: str | None = None) -> None:
     found: dict[str, list[list[dict[str, Any]]]] = defaultdict(list)
     for sweep_dir in sweep_dirs:
         for run_dir in sorted(Path(sweep_dir).glob("*/seed_*")):
-            arm = arm_of(json.loads((run_dir / "config.json").read_text()), arms)
-            if arm is not None and (run_dir / "eval" / "eval.json").exists():
+            arm = arm_of(read_run_config(run_dir), arms)
+            if arm is not None and RunDir(run_dir).eval_results().exists():
                 found[arm].append(run_rows(run_dir))
     curves = {name: found[name] for name in arms if name in found}
     points = {name: [run_scores(rows) for rows in runs] for name, runs in curves.items()}
