@@ -77,16 +77,19 @@ def write_errors(directory: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def quiet_failed_reads() -> Iterator[None]:
-    """Restore attempts whose failures leave nothing on the console.
+def quiet_failed_reads() -> Iterator[list[tuple[int, str]]]:
+    """Restore attempts whose failures leave nothing on the console; yields the list the caller
+    appends each failed ``(step, reason)`` to.
 
     When one array of a step cannot be read, Orbax's asynchronous restore gives up on the
     step's other reads; those coroutines are finalised later and Python prints each one's
-    traceback ("Exception ignored in: <coroutine ...>"). Inside this block they are finalised
-    before it ends, with such reports of Orbax's coroutines dropped (all kept with
-    ``--debug``)."""
+    traceback ("Exception ignored in: <coroutine ...>"). After a failure they are finalised
+    before the block ends, with such reports of Orbax's coroutines dropped (all kept with
+    ``--debug``). Without one nothing is collected: a full collection of a large process's
+    heap costs more than the restore."""
+    failed: list[tuple[int, str]] = []
     if debugging():
-        yield
+        yield failed
         return
     previous = sys.unraisablehook
 
@@ -96,10 +99,13 @@ def quiet_failed_reads() -> Iterator[None]:
             previous(unraisable)
 
     sys.unraisablehook = hook
+    clean = False
     try:
-        yield
+        yield failed
+        clean = not failed
     finally:
-        gc.collect()
+        if not clean:
+            gc.collect()
         sys.unraisablehook = previous
 
 __all__ = ["CORRUPT_DIR", "Checkpointer", "abstract_like", "run_checkpointer"]
@@ -192,8 +198,8 @@ class Checkpointer:
         Each step that fails gets one line on stderr; with ``quarantine`` it is moved to
         ``run_dir/corrupt_checkpoints`` so that training can write that step again.
         """
-        with quiet_failed_reads():
-            failed, restored = [], None
+        restored = None
+        with quiet_failed_reads() as failed:
             for step in reversed(self.steps()):
                 try:
                     restored = step, self.restore(step, params=params, opt_state=opt_state)

@@ -116,8 +116,8 @@ def restore_params(checkpointer: Checkpointer, candidates: Sequence[int], target
                    explicit: bool, key: str = "--step") -> tuple[int, Any]:
     """The first candidate step that restores into ``target``; one line on stderr for each one
     skipped."""
-    with quiet_failed_reads():
-        failed, restored = [], None
+    restored = None
+    with quiet_failed_reads() as failed:
         for step in candidates:
             try:
                 restored = step, checkpointer.restore(step, params=target)["params"]
