@@ -6,7 +6,9 @@ import contextlib
 import dataclasses
 import importlib.util
 import io
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -77,19 +79,49 @@ if not os.environ.get(DEFAULT_OPTIMIZATION) and TEST_XLA_FLAGS not in os.environ
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()
 
 
+DEFAULT_OPTIMIZATION_MARK = "default_optimization"
+
+
 def ran_at_default_optimization(request: pytest.FixtureRequest) -> bool:
-    """Run the calling test in a child pytest compiled at XLA's default optimization level;
-    True once it passed there (the caller returns), False inside that child (it goes on)."""
+    """Run the calling test (marked ``default_optimization``) in a child pytest compiled at
+    XLA's default optimization level; True once it passed there (the caller returns), False
+    inside that child (it goes on).
+
+    The session's marked tests all run in one child, started by the first of them to run (one
+    Python start; the programs they share compiled once); the others read its outcomes."""
     if os.environ.get(DEFAULT_OPTIMIZATION):
         return False
-    env = {**subprocess_env(), DEFAULT_OPTIMIZATION: "1"}
-    env.pop("XLA_FLAGS")
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-               request.node.nodeid]
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
-                            timeout=900)
-    assert result.returncode == 0, f"at XLA's default optimization:\n{result.stdout[-5000:]}"
+    assert request.node.get_closest_marker(DEFAULT_OPTIMIZATION_MARK), (
+        f"mark {request.node.nodeid} with @pytest.mark.{DEFAULT_OPTIMIZATION_MARK}")
+    outcomes, output = default_optimization_outcomes(request)
+    outcome = outcomes.get(request.node.nodeid, "not run")
+    assert outcome == "PASSED", f"at XLA's default optimization ({outcome}):\n{output[-5000:]}"
     return True
+
+
+def default_optimization_outcomes(request: pytest.FixtureRequest) -> tuple[dict[str, str], str]:
+    """``{nodeid: 'PASSED' | 'FAILED' | ...}`` of the session's ``default_optimization`` tests
+    run in one child pytest, and its output; run once per session, shared through a file."""
+    root = request.getfixturevalue("tmp_path_factory").getbasetemp()
+    if request.getfixturevalue("worker_id") != "master":
+        root = root.parent
+    saved = root / "default_optimization.json"
+    with FileLock(str(root / "default_optimization.lock")):
+        if not saved.exists():
+            nodeids = [item.nodeid for item in request.session.items
+                       if item.get_closest_marker(DEFAULT_OPTIMIZATION_MARK)]
+            env = {**subprocess_env(), DEFAULT_OPTIMIZATION: "1"}
+            env.pop("XLA_FLAGS")
+            command = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider",
+                       "-p", "no:xdist", "--basetemp", str(root / "default_optimization"),
+                       *nodeids]
+            result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                                    timeout=1800)
+            outcomes = dict(reversed(match.groups()) for match in re.finditer(
+                r"^(PASSED|FAILED|ERROR) (\S+)", result.stdout, re.MULTILINE))
+            saved.write_text(json.dumps({"outcomes": outcomes, "output": result.stdout}))
+        found = json.loads(saved.read_text())
+    return found["outcomes"], found["output"]
 
 
 # One test session's processes (xdist workers and the children they start) share compiled

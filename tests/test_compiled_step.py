@@ -36,6 +36,7 @@ def host(tree) -> list[np.ndarray]:
 
 
 @pytest.mark.slow
+@pytest.mark.default_optimization
 def test_calls_of_one_and_of_several_steps_give_the_plain_steps_bit_for_bit(request):
     """Three one-step calls and a two-step call on the held state against the unwrapped train
     step applied to pytrees, step by step: different programs, so compared at XLA's default

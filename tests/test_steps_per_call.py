@@ -85,6 +85,7 @@ def test_a_steps_per_call_that_cannot_group_the_run_is_a_config_error(changes, f
 
 
 @pytest.mark.slow
+@pytest.mark.default_optimization
 def test_grouped_steps_equal_one_step_per_call_bit_for_bit_with_one_compile(tmp_path, request):
     if ran_at_default_optimization(request):
         return
@@ -103,6 +104,7 @@ def test_grouped_steps_equal_one_step_per_call_bit_for_bit_with_one_compile(tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.default_optimization
 def test_a_run_resumed_with_another_steps_per_call_equals_an_uninterrupted_one(tmp_path,
                                                                             request):
     if ran_at_default_optimization(request):
@@ -140,6 +142,7 @@ def test_divergence_inside_a_call_stops_at_the_same_step_before_any_checkpoint_o
 
 
 @pytest.mark.slow
+@pytest.mark.default_optimization
 def test_ensemble_members_grouped_equal_members_one_step_per_call(tmp_path, request):
     if ran_at_default_optimization(request):
         return
