@@ -156,3 +156,21 @@ def test_training_falls_back_with_one_line_and_ends_as_an_uninterrupted_run(corr
     for a, b in zip(jax.tree.leaves(retrained.params), jax.tree.leaves(original.params),
                     strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_clean_restore_collects_no_garbage_and_a_fallback_does(trained_run_dir, tmp_path,
+                                                                 monkeypatch):
+    """A full collection of a large process's heap costs more than the restore: only a failed
+    read (whose Orbax coroutines must be finalised quietly) pays for one."""
+    import gc
+
+    collections, collect = [], gc.collect
+    monkeypatch.setattr(gc, "collect", lambda *args: collections.append(args) or collect(*args))
+    load_run(trained_run_dir, "latest")
+    assert collections == []
+    run_dir = tmp_path / "run"
+    shutil.copytree(trained_run_dir, run_dir)
+    for victim in (RunDir(run_dir).checkpoints / "40" / "params").glob("d/*"):
+        victim.unlink()
+    assert load_run(run_dir, "latest").step == 20
+    assert len(collections) == 1
