@@ -65,14 +65,11 @@ def cli_command() -> list[str]:
 # Tests compile hundreds of tiny programs and run each for a few steps, so compile time is most
 # of the suite's time. XLA's CPU backend at optimization level 0, with its older element-wise
 # emitters instead of the fusion emitters, compiles a tiny program in a fifth of the time and
-# gives the same losses; each program's machine code built in one piece rather than split for
-# parallel compilation spares two processes on two cores the threads of thousands of compiles
-# (docs/performance.md). Every process of the session, children included, uses these, so runs
-# compared across processes are compiled alike. Claims that two different programs agree bit
-# for bit hold at XLA's default settings, which users run, and not always at these: their tests
-# run there (``ran_at_default_optimization``).
-TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false "
-                  "--xla_cpu_parallel_codegen_split_count=1")
+# gives the same losses (docs/performance.md); every process of the session, children
+# included, uses it, so runs compared across processes are compiled alike. Claims that two
+# different programs agree bit for bit hold at XLA's default settings, which users run, and not
+# always at these: their tests run there (``ran_at_default_optimization``).
+TEST_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
 DEFAULT_OPTIMIZATION = "PE_RESEARCH_TESTS_DEFAULT_OPTIMIZATION"
 if not os.environ.get(DEFAULT_OPTIMIZATION) and TEST_XLA_FLAGS not in os.environ.get(
         "XLA_FLAGS", ""):  # xdist workers inherit it
