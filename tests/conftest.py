@@ -17,6 +17,7 @@ import types
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 from filelock import FileLock
 
@@ -56,6 +57,25 @@ def tiny_overrides(**changes: object) -> list[str]:
     return list(overrides.values())
 
 
+def assert_same_trained_parameters(actual: Sequence[object], expected: Sequence[object]) -> None:
+    """Parameter leaves of two runs trained by different programs (an ensemble member and its
+    single run) agree to rounding: each leaf within rtol 1e-5 of its norm and each value within
+    rtol 1e-5 of itself or 1e-4 of its leaf's largest value.
+
+    Adam's update has the size of the learning rate whatever the gradient's, so a parameter
+    whose gradient is near zero carries the two programs' rounding at the scale of its leaf's
+    updates rather than of its own value (a value of 0.02 was 1.7e-6 apart in one build)."""
+    assert len(actual) == len(expected)
+    for a, b in zip(actual, expected, strict=True):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.shape == b.shape, (a.shape, b.shape)
+        scale = float(np.max(np.abs(b), initial=0.0))
+        assert np.linalg.norm(a - b) <= 1e-5 * np.linalg.norm(b) + 1e-12, (
+            f"leaf of shape {b.shape}: |a - b| = {np.linalg.norm(a - b):.3g}, "
+            f"|b| = {np.linalg.norm(b):.3g}")
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4 * scale)
+
+
 def cli_command() -> list[str]:
     """The installed ``pe-research`` console script (or the module when not installed)."""
     script = Path(sys.executable).parent / "pe-research"
@@ -65,11 +85,14 @@ def cli_command() -> list[str]:
 # Tests compile hundreds of tiny programs and run each for a few steps, so compile time is most
 # of the suite's time. XLA's CPU backend at optimization level 0, with its older element-wise
 # emitters instead of the fusion emitters, compiles a tiny program in a fifth of the time and
-# gives the same losses (docs/performance.md); every process of the session, children
-# included, uses it, so runs compared across processes are compiled alike. Claims that two
-# different programs agree bit for bit hold at XLA's default settings, which users run, and not
-# always at these: their tests run there (``ran_at_default_optimization``).
-TEST_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+# gives the same losses; each program's machine code built in one piece rather than split for
+# parallel compilation spares two processes on two cores the threads of thousands of compiles
+# (docs/performance.md). Every process of the session, children included, uses these, so runs
+# compared across processes are compiled alike. Claims that two different programs agree bit
+# for bit hold at XLA's default settings, which users run, and not always at these: their tests
+# run there (``ran_at_default_optimization``).
+TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false "
+                  "--xla_cpu_parallel_codegen_split_count=1")
 DEFAULT_OPTIMIZATION = "PE_RESEARCH_TESTS_DEFAULT_OPTIMIZATION"
 if not os.environ.get(DEFAULT_OPTIMIZATION) and TEST_XLA_FLAGS not in os.environ.get(
         "XLA_FLAGS", ""):  # xdist workers inherit it

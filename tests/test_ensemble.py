@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
-from conftest import DEFAULT_CONFIG, tiny_overrides
+from conftest import DEFAULT_CONFIG, assert_same_trained_parameters, tiny_overrides
 from flax import nnx
 
 from pe_research.config import load_config
@@ -57,8 +57,7 @@ def eval_values(run_dir) -> list[float]:
 
 def assert_same_run(member, single) -> None:
     """Parameters, logged losses and evaluation curves of two runs agree to rounding."""
-    for a, b in zip(params_of(member), params_of(single), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert_same_trained_parameters(params_of(member), params_of(single))
     member_losses, single_losses = losses(member), losses(single)
     assert [s for s, _ in member_losses] == [s for s, _ in single_losses] == [4, 8, 12]
     np.testing.assert_allclose([v for _, v in member_losses], [v for _, v in single_losses],
@@ -104,6 +103,18 @@ def test_members_of_tasks_with_different_vocabularies_equal_independent_runs(tmp
         saved = load_run(member, "latest")
         assert saved.task.name == task  # an ordinary run directory of its own task and shapes
         assert saved.model.embed.embedding.shape[0] == saved.task.vocabulary.size
+
+
+def test_the_comparison_of_trained_parameters_admits_rounding_and_no_more():
+    leaf = np.linspace(-0.3, 0.3, 256, dtype=np.float32).reshape(16, 16)
+    rounded = leaf.copy()
+    rounded[5, 4] += 2e-6  # a small value off by rounding at its leaf's scale
+    assert_same_trained_parameters([rounded], [leaf])
+    for wrong in (leaf + 1e-4, np.where(leaf == leaf[5, 4], leaf + 1e-3, leaf)):
+        with pytest.raises(AssertionError):
+            assert_same_trained_parameters([wrong], [leaf])
+    with pytest.raises(AssertionError):
+        assert_same_trained_parameters([leaf[:8]], [leaf])
 
 
 def test_members_may_differ_only_in_what_stacks():
@@ -180,8 +191,7 @@ def test_single_stack_members_equal_single_runs_and_analyze(tmp_path, capsys):
     members = [tmp_path / "seed_0", tmp_path / "seed_1"]
     train_ensemble([config(0), config(1)], members)
     train(config(1), tmp_path / "single_1")
-    for a, b in zip(params_of(members[1]), params_of(tmp_path / "single_1"), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert_same_trained_parameters(params_of(members[1]), params_of(tmp_path / "single_1"))
     assert main(["analyze", str(members[1])]) == 0
     assert "encoder_self/layer_0" in capsys.readouterr().out
 

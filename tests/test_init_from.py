@@ -8,7 +8,7 @@ import shutil
 import jax
 import numpy as np
 import pytest
-from conftest import DEFAULT_CONFIG, tiny_overrides
+from conftest import DEFAULT_CONFIG, assert_same_trained_parameters, tiny_overrides
 
 from pe_research.config import load_config
 from pe_research.core.errors import ConfigError
@@ -83,8 +83,7 @@ def test_fine_tuned_members_equal_single_runs_from_their_own_sources(sources, tm
     train(fine_tune_config(pattern, seed=1), single)
     assert (f"single_1: starting from the weights of {sources / 'seed_1'} (step 20); model "
             "settings changed from it: none") in capsys.readouterr().out
-    for a, b in zip(params_of(members[1]), params_of(single), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert_same_trained_parameters(params_of(members[1]), params_of(single))
     history = [RunDir(member).config_history() for member in members]
     assert [h[0]["initialised_from"]["step"] for h in history] == [40, 20]
     assert history[1][0]["initialised_from"]["run"] == str(sources / "seed_1")
