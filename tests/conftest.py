@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -240,6 +241,31 @@ def train_here(workdir: Path, overrides: Sequence[str], *, config: Path = DEFAUL
         raise AssertionError(f"pe-research train failed ({code}):\n{result.stdout[-3000:]}\n"
                              f"{result.stderr[-5000:]}")
     return result
+
+
+def run_script_here(script: str | Path, *args: str) -> subprocess.CompletedProcess:
+    """``python SCRIPT ARGS`` (a path relative to the repository or absolute) run in this
+    process from the repository, W&B off: no Python or JAX start, the session's compiled
+    programs; exit code and output captured as ``subprocess.run``'s. A script's refusal in a
+    real process: tests/test_cli_errors.py and tests/test_t5_max_distance.py."""
+    path = REPO / script
+    out, err = io.StringIO(), io.StringIO()
+    argv, sys_path, environ = sys.argv, list(sys.path), dict(os.environ)
+    sys.argv = [str(path), *args]
+    sys.path.insert(0, str(path.parent))
+    os.environ["WANDB_MODE"] = "disabled"
+    code = 0
+    try:
+        with contextlib.chdir(REPO), contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(err):
+            runpy.run_path(str(path), run_name="__main__")
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    finally:
+        sys.argv, sys.path[:] = argv, sys_path
+        os.environ.clear()
+        os.environ.update(environ)
+    return subprocess.CompletedProcess([str(path), *args], code, out.getvalue(), err.getvalue())
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import REPO, experiment_path, subprocess_env
+from conftest import experiment_path, run_script_here
 from flax import nnx
 from test_architectures import logits_of, ragged_batch
 from tiny_models import spread_parameters, tiny_config
@@ -103,10 +101,9 @@ def test_the_script_reports_each_heads_exact_match_as_a_zeroed_head_evaluates(
     run_dir = tmp_path / "group" / "seed_0"
     shutil.copytree(trained_run_dir, run_dir)  # the script writes eval/ files into the run
     out, numbers = tmp_path / "ablation.png", tmp_path / "ablation.json"
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), str(run_dir.parent), "--lengths", "4,12", "--show", "0",
-         "--out", str(out), "--json", str(numbers)], cwd=REPO, env=subprocess_env(),
-        capture_output=True, text=True, timeout=600)
+    done = run_script_here(
+        SCRIPT, str(run_dir.parent), "--lengths", "4,12", "--show", "0", "--out", str(out),
+        "--json", str(numbers))
     assert done.returncode == 0, done.stderr
     assert out.stat().st_size > 0
     result = json.loads(numbers.read_text())["groups"][str(run_dir.parent)]["runs"]["seed_0"]
@@ -138,8 +135,6 @@ def test_the_script_reports_each_heads_exact_match_as_a_zeroed_head_evaluates(
     (["--lengths", "2,4"], "error: --lengths 2,4: give lengths up to and beyond 8"),
 ])
 def test_the_script_refuses_bad_arguments_in_one_line(trained_run_dir, arguments, message):
-    done = subprocess.run([sys.executable, str(SCRIPT), str(trained_run_dir), *arguments],
-                          cwd=REPO, env=subprocess_env(), capture_output=True, text=True,
-                          timeout=120)
+    done = run_script_here(SCRIPT, str(trained_run_dir), *arguments)
     assert done.returncode == 2 and done.stderr.startswith(message), done.stderr
     assert done.stderr.count("\n") == 1

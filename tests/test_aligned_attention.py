@@ -4,18 +4,15 @@ weights at those slots, and the experiment script agrees with both."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import (
     DEFAULT_CONFIG,
-    REPO,
     experiment_path,
     load_experiment,
-    subprocess_env,
+    run_script_here,
     tiny_overrides,
 )
 from flax import nnx
@@ -103,11 +100,9 @@ def copy_run(tmp_path_factory):
 def test_the_script_reports_the_decompositions_aligned_head_and_the_runs_exact_match(
         copy_run, tmp_path):
     out, numbers = tmp_path / "aligned.png", tmp_path / "aligned.json"
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), str(copy_run.parent), "--key", "model.pe.max_distance",
-         "--values", "32,128", "--lengths", "2,8,10", "--examples", "4", "--out", str(out),
-         "--json", str(numbers)], cwd=REPO, env=subprocess_env(), capture_output=True,
-        text=True, timeout=600)
+    done = run_script_here(
+        SCRIPT, str(copy_run.parent), "--key", "model.pe.max_distance", "--values", "32,128",
+        "--lengths", "2,8,10", "--examples", "4", "--out", str(out), "--json", str(numbers))
     assert done.returncode == 0, done.stderr
     assert out.stat().st_size > 0
     record = json.loads(numbers.read_text())["groups"][str(copy_run.parent)]
@@ -138,8 +133,7 @@ def test_the_script_reports_the_decompositions_aligned_head_and_the_runs_exact_m
 
 
 def test_an_encoder_decoder_run_is_refused_in_one_line(trained_run_dir):
-    done = subprocess.run([sys.executable, str(SCRIPT), str(trained_run_dir)], cwd=REPO,
-                          env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    done = run_script_here(SCRIPT, str(trained_run_dir))
     assert done.returncode == 2
     assert done.stderr == ("error: model.architecture='encoder_decoder': aligned attention "
                            "reads the self-attention of a decoder-only model; give a "
@@ -147,9 +141,7 @@ def test_an_encoder_decoder_run_is_refused_in_one_line(trained_run_dir):
 
 
 def test_lengths_that_stop_within_training_are_refused_in_one_line(copy_run):
-    done = subprocess.run([sys.executable, str(SCRIPT), str(copy_run), "--lengths", "2,8"],
-                          cwd=REPO, env=subprocess_env(), capture_output=True, text=True,
-                          timeout=120)
+    done = run_script_here(SCRIPT, str(copy_run), "--lengths", "2,8")
     assert done.returncode == 2
     assert done.stderr == (f"error: --lengths stops at 8: give at least one length beyond 8, "
                            f"the longest training length of {copy_run}\n")

@@ -4,8 +4,6 @@ are the weights and positions at those slots, and the training draws match order
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -13,10 +11,9 @@ import numpy as np
 import pytest
 from conftest import (
     DEFAULT_CONFIG,
-    REPO,
     experiment_path,
     load_experiment,
-    subprocess_env,
+    run_script_here,
     tiny_overrides,
 )
 from flax import nnx
@@ -122,11 +119,9 @@ def test_the_script_follows_the_decompositions_head_with_the_evaluation_draws(ev
     """One draw per length: the script's numbers are the decomposition's at that draw, its head
     the one on the last token at the longest training length, its accuracy the evaluator's."""
     numbers = tmp_path / "answer.json"
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), str(even_pairs_run.parent), "--lengths", "8,12",
-         "--examples", "4", "--draws", "1", "--out", str(tmp_path / "answer.png"),
-         "--json", str(numbers)], cwd=REPO, env=subprocess_env(), capture_output=True,
-        text=True, timeout=600)
+    done = run_script_here(
+        SCRIPT, str(even_pairs_run.parent), "--lengths", "8,12", "--examples", "4", "--draws", "1",
+        "--out", str(tmp_path / "answer.png"), "--json", str(numbers))
     assert done.returncode == 0, done.stderr
     record = json.loads(numbers.read_text())["groups"][str(even_pairs_run.parent)]
     result = record["runs"]["seed_0"]
@@ -154,8 +149,7 @@ def test_the_script_follows_the_decompositions_head_with_the_evaluation_draws(ev
 
 
 def test_an_encoder_decoder_run_is_refused_in_one_line(trained_run_dir):
-    done = subprocess.run([sys.executable, str(SCRIPT), str(trained_run_dir)], cwd=REPO,
-                          env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    done = run_script_here(SCRIPT, str(trained_run_dir))
     assert done.returncode == 2
     assert done.stderr == (f"error: {trained_run_dir}: model.architecture='encoder_decoder'; the "
                            "answer slot's attention is measured in encoder_only runs\n")

@@ -5,48 +5,22 @@ their only process-wide setting, and it only leaves the compilation cache as the
 which spares each one a Python and JAX start and shares the session's compiled programs.
 """
 
-import contextlib
-import io
 import os
-import runpy
 import shutil
 import subprocess
 import sys
 import tarfile
-from pathlib import Path
 
 import pytest
+from conftest import REPO, run_script_here
 from sweep_files import write_sweep
 
 pytestmark = pytest.mark.slow  # each test runs a benchmark script end to end
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def run_in_process(script: str, *args: str) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of ``python SCRIPT ARGS`` run in this process."""
-    out, err = io.StringIO(), io.StringIO()
-    argv, path, environ = sys.argv, list(sys.path), dict(os.environ)
-    sys.argv = [str(REPO / script), *args]
-    sys.path.insert(0, str((REPO / script).parent))
-    os.environ["WANDB_MODE"] = "disabled"
-    code = 0
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            runpy.run_path(str(REPO / script), run_name="__main__")
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-    finally:
-        sys.argv, sys.path[:] = argv, path
-        os.environ.clear()
-        os.environ.update(environ)
-    return code, out.getvalue(), err.getvalue()
-
-
 def run_script(*args: str) -> str:
-    code, out, err = run_in_process(*args)
-    assert code == 0, err[-3000:]
-    return out
+    done = run_script_here(*args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
 
 
 def test_data_throughput_covers_every_task():
@@ -303,7 +277,8 @@ def test_step_profile_attributes_a_cpu_ensemble_step_to_the_models_parts():
 ])
 def test_bad_input_ends_a_benchmark_with_one_line_before_any_compile(args, message):
     script, *rest = args
-    code, out, err = run_in_process(f"benchmarks/{script}", *rest)
+    done = run_script_here(f"benchmarks/{script}", *rest)
+    code, out, err = done.returncode, done.stdout, done.stderr
     assert code == 2
     assert err.startswith(message) and err.count("\n") == 1, err
     assert "|" not in out  # no table row was measured first

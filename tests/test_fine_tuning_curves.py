@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from conftest import (
     DEFAULT_CONFIG,
-    REPO,
     experiment_path,
     load_experiment,
-    subprocess_env,
+    run_script_here,
     tiny_overrides,
 )
 
@@ -38,9 +35,7 @@ def test_bands_split_source_added_and_beyond_lengths():
 
 
 def test_a_run_not_fine_tuned_is_refused_in_one_line(trained_run_dir, tmp_path):
-    done = subprocess.run([sys.executable, str(SCRIPT), str(trained_run_dir), "--out",
-                           str(tmp_path / "curves.png")], cwd=REPO, env=subprocess_env(),
-                          capture_output=True, text=True, timeout=120)
+    done = run_script_here(SCRIPT, str(trained_run_dir), "--out", str(tmp_path / "curves.png"))
     assert done.returncode == 2
     assert done.stderr.startswith(f"error: {trained_run_dir} was not fine-tuned")
     assert len(done.stderr.splitlines()) == 1
@@ -60,10 +55,9 @@ def test_each_step_is_the_evaluators_numbers_and_step_0_the_sources(trained_run_
     experiment = load_experiment("fine_tuning_curves")
     assert experiment.start_overrides(run, source) == []
     out, numbers = tmp_path / "curves.png", tmp_path / "curves.json"
-    done = subprocess.run([sys.executable, str(SCRIPT), str(run.parent), "--steps", "0,4",
-                           "--metric", "token_accuracy", "--out", str(out), "--json",
-                           str(numbers)], cwd=REPO, env=subprocess_env(), capture_output=True,
-                          text=True, timeout=300)
+    done = run_script_here(
+        SCRIPT, str(run.parent), "--steps", "0,4", "--metric", "token_accuracy", "--out", str(out),
+        "--json", str(numbers))
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads(numbers.read_text())
     curves = np.array(record["groups"][str(run.parent)]["curves"])  # [seeds, steps, lengths]

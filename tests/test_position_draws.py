@@ -4,17 +4,13 @@ line."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 from conftest import (
     DEFAULT_CONFIG,
-    REPO,
     experiment_path,
     load_experiment,
-    subprocess_env,
+    run_script_here,
     tiny_overrides,
 )
 
@@ -39,9 +35,7 @@ def test_summary_splits_training_lengths_from_beyond_and_finds_the_largest_gap()
 
 
 def test_a_plain_run_is_refused_in_one_line(trained_run_dir, tmp_path):
-    done = subprocess.run([sys.executable, str(SCRIPT), str(trained_run_dir), "--out",
-                           str(tmp_path / "draws.png")], cwd=REPO, env=subprocess_env(),
-                          capture_output=True, text=True, timeout=120)
+    done = run_script_here(SCRIPT, str(trained_run_dir), "--out", str(tmp_path / "draws.png"))
     assert done.returncode == 2
     assert done.stderr == (f"error: {trained_run_dir} draws no test positions "
                            "(model.pe.randomize.max_position=0, eval_policy='randomized'): "

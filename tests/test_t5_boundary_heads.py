@@ -4,18 +4,15 @@ rest as trained."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import (
     DEFAULT_CONFIG,
-    REPO,
     experiment_path,
     load_experiment,
-    subprocess_env,
+    run_script_here,
     tiny_overrides,
 )
 from flax import nnx
@@ -63,10 +60,9 @@ def t5_run(tmp_path_factory):
 
 def run_script(group, tmp_path, *arguments):
     numbers = tmp_path / "heads.json"
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), str(group), "--lengths", "4,12", "--out",
-         str(tmp_path / "heads.png"), "--json", str(numbers), *arguments], cwd=REPO,
-        env=subprocess_env(), capture_output=True, text=True, timeout=600)
+    done = run_script_here(
+        SCRIPT, str(group), "--lengths", "4,12", "--out", str(tmp_path / "heads.png"), "--json",
+        str(numbers), *arguments)
     assert done.returncode == 0, done.stderr
     return done, json.loads(numbers.read_text())["groups"][str(group)]["runs"]["seed_0"]
 
@@ -88,7 +84,6 @@ def test_moving_every_head_is_evaluating_with_the_new_max_distance_in_one_compil
 
 
 def test_a_run_of_another_scheme_is_refused_in_one_line(trained_run_dir, tmp_path):
-    done = subprocess.run([sys.executable, str(SCRIPT), str(trained_run_dir)], cwd=REPO,
-                          env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    done = run_script_here(SCRIPT, str(trained_run_dir))
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "give a decoder-only or encoder-only T5 run" in done.stderr

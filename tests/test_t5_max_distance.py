@@ -48,6 +48,8 @@ def test_max_distance_moves_only_lengths_beyond_the_exact_buckets(tmp_path):
 
 
 def test_a_run_of_another_scheme_is_refused_in_one_line(trained_run_dir):
+    """In a process of its own, as a user runs it: stderr holds that line and nothing else (the
+    other studies' refusals run in the test's process, ``run_script_here``)."""
     done = subprocess.run([sys.executable, str(SCRIPT), str(trained_run_dir)], cwd=REPO,
                           env=subprocess_env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
