@@ -10,7 +10,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-from conftest import REPO, run_train, subprocess_env  # noqa: E402
+from conftest import REPO, train_here  # noqa: E402
 
 from pe_research import cli  # noqa: E402
 from pe_research.core.errors import ConfigError  # noqa: E402
@@ -92,18 +92,17 @@ def test_a_bpe_language_model_trains_and_is_evaluated_from_its_run(corpus, tmp_p
     code = tmp_path / "code.txt"  # the code alone: the held-out text is like the training text
     code.write_text(CODE)
     run_dir = tmp_path / "run"
-    run_train(run_dir, [f"--config.task.path={code}", "--config.task.tokenizer=bpe",
-                        "--config.task.vocab_size=300", "--config.task.eval_fraction=0.2",
-                        f"--config.task.cache_dir={corpus.parent / 'hf'}",
-                        "--config.data.train_lengths=(8, 8)", "--config.data.batch_size=8",
-                        "--config.data.buckets=(9, 17)", "--config.model.d_model=16",
-                        "--config.model.num_heads=2", "--config.model.num_decoder_layers=1",
-                        "--config.model.d_ff=32", "--config.train.steps=30",
-                        "--config.train.warmup_steps=2", "--config.train.eval_every=0",
-                        "--config.train.checkpoint_every=30", "--config.train.eval_lengths=()",
-                        "--config.eval.lengths=(8, 16)", "--config.wandb.mode=disabled"],
-              config=REPO / "configs" / "language_model.py",
-              env=subprocess_env(WANDB_MODE="disabled"))
+    train_here(run_dir, [f"--config.task.path={code}", "--config.task.tokenizer=bpe",
+                         "--config.task.vocab_size=300", "--config.task.eval_fraction=0.2",
+                         f"--config.task.cache_dir={corpus.parent / 'hf'}",
+                         "--config.data.train_lengths=(8, 8)", "--config.data.batch_size=8",
+                         "--config.data.buckets=(9, 17)", "--config.model.d_model=16",
+                         "--config.model.num_heads=2", "--config.model.num_decoder_layers=1",
+                         "--config.model.d_ff=32", "--config.train.steps=30",
+                         "--config.train.warmup_steps=2", "--config.train.eval_every=0",
+                         "--config.train.checkpoint_every=30", "--config.train.eval_lengths=()",
+                         "--config.eval.lengths=(8, 16)", "--config.wandb.mode=disabled"],
+               config=REPO / "configs" / "language_model.py")
     run = load_run(run_dir, "latest")
     assert run.task.vocabulary == bpe_task(code, eval_fraction=0.2).vocabulary
     rows = evaluate_run(run).rows

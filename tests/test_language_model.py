@@ -15,7 +15,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 import pytest  # noqa: E402
-from conftest import REPO, load_experiment, run_train, subprocess_env  # noqa: E402
+from conftest import REPO, load_experiment, train_here  # noqa: E402
 
 from pe_research import cli, data  # noqa: E402
 from pe_research.config import base_config, validate_config  # noqa: E402
@@ -150,19 +150,19 @@ def test_stdlib_corpus_is_every_top_level_module_in_name_order(tmp_path):
 def lm_run(corpus, tmp_path_factory) -> Path:
     """A tiny character LM trained through `pe-research train` on the corpus."""
     run_dir = tmp_path_factory.mktemp("lm") / "run"
-    run_train(run_dir, [f"--config.task.path={corpus}",
-                        f"--config.task.cache_dir={corpus.parent / 'hf'}",
-                        "--config.task.eval_tokens=256", "--config.task.eval_fraction=0.2",
-                        "--config.data.train_lengths=(16, 16)", "--config.data.batch_size=8",
-                        "--config.data.buckets=(9, 17, 33, 65)",
-                        "--config.model.d_model=16", "--config.model.num_heads=2",
-                        "--config.model.num_decoder_layers=1", "--config.model.d_ff=32",
-                        "--config.train.steps=20", "--config.train.warmup_steps=2",
-                        "--config.train.log_every=10", "--config.train.eval_every=10",
-                        "--config.train.checkpoint_every=10", "--config.train.eval_lengths=(32,)",
-                        "--config.eval.lengths=(8, 16, 32, 64)", "--config.eval.batch_size=16",
-                        "--config.wandb.mode=disabled"],
-              config=LM_CONFIG, env=subprocess_env(WANDB_MODE="disabled"))
+    train_here(run_dir, [f"--config.task.path={corpus}",
+                         f"--config.task.cache_dir={corpus.parent / 'hf'}",
+                         "--config.task.eval_tokens=256", "--config.task.eval_fraction=0.2",
+                         "--config.data.train_lengths=(16, 16)", "--config.data.batch_size=8",
+                         "--config.data.buckets=(9, 17, 33, 65)",
+                         "--config.model.d_model=16", "--config.model.num_heads=2",
+                         "--config.model.num_decoder_layers=1", "--config.model.d_ff=32",
+                         "--config.train.steps=20", "--config.train.warmup_steps=2",
+                         "--config.train.log_every=10", "--config.train.eval_every=10",
+                         "--config.train.checkpoint_every=10", "--config.train.eval_lengths=(32,)",
+                         "--config.eval.lengths=(8, 16, 32, 64)", "--config.eval.batch_size=16",
+                         "--config.wandb.mode=disabled"],
+               config=LM_CONFIG)
     return run_dir
 
 
