@@ -27,12 +27,15 @@ window of its own).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from flax import nnx
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
@@ -60,7 +63,7 @@ def group_runs(group: Path) -> list[Path]:
 
 def window_losses(run: LoadedRun, examples: Examples, width: int, rows: int) -> np.ndarray:
     """Cross-entropy ``[len(examples), width]`` of every token of windows of ``width`` tokens,
-    ``rows`` windows per forward pass."""
+    ``rows`` windows per forward pass (one compiled program per batch shape)."""
     pe, key = run.config.model.pe, eval_position_key(run.config.seed)
     parts = []
     for start in range(0, len(examples), rows):
@@ -69,12 +72,21 @@ def window_losses(run: LoadedRun, examples: Examples, width: int, rows: int) -> 
                                 0, width + 1)
         source_positions, target_positions = batch_positions(pe, batch, key, training=False,
                                                              architecture="decoder_only")
-        logits = run.model(jnp.asarray(batch["source"]), jnp.asarray(batch["target_input"]),
-                           source_positions, target_positions, jnp.asarray(batch["source_mask"]),
-                           jnp.asarray(batch["target_mask"]))
-        parts.append(np.asarray(optax.softmax_cross_entropy_with_integer_labels(
-            logits[:, :width].astype(jnp.float32), jnp.asarray(batch["target_output"][:, :width]))))
+        inputs = {name: jnp.asarray(batch[name]) for name in
+                  ("source", "target_input", "source_mask", "target_mask", "target_output")}
+        parts.append(np.asarray(_token_losses(run.model, inputs, source_positions,
+                                              target_positions, width)))
     return np.concatenate(parts)
+
+
+@functools.partial(nnx.jit, static_argnames="width")
+def _token_losses(model: nnx.Module, batch: dict[str, jax.Array], source_positions: jax.Array,
+                  target_positions: jax.Array, width: int) -> jax.Array:
+    """Cross-entropy ``[rows, width]`` of the first ``width`` target tokens of ``batch``."""
+    logits = model(batch["source"], batch["target_input"], source_positions, target_positions,
+                   batch["source_mask"], batch["target_mask"])
+    return optax.softmax_cross_entropy_with_integer_labels(
+        logits[:, :width].astype(jnp.float32), batch["target_output"][:, :width])
 
 
 def token_losses(run: LoadedRun, length: int, rows: int = 8) -> np.ndarray:
