@@ -72,9 +72,10 @@ def test_greedy_decoding_in_blocks_decodes_the_same_tokens(architecture, scheme)
     positions = batch_positions(model.config.pe, batch, jax.random.key(0), False, architecture)
 
     def decode(rows):
-        return greedy_decode(set_query_block(model, rows), batch["source"], positions[0],
-                             batch["source_mask"], positions[1],
-                             target_mask_BxT=batch["target_mask"], eos_id=-1)
+        graph, state = nnx.split(set_query_block(model, rows))
+        return jax.jit(lambda state: greedy_decode(
+            nnx.merge(graph, state), batch["source"], positions[0], batch["source_mask"],
+            positions[1], target_mask_BxT=batch["target_mask"], eos_id=-1))(state)
 
     np.testing.assert_array_equal(decode(3), decode(0))
 
