@@ -132,7 +132,8 @@ def test_without_predict_eos_the_loss_skips_the_end_token():
         optimizer = make_optimizer(train)
         train_step, _ = step_functions(graphdef, rest, {**train, "predict_eos": predict_eos},
                                        optimizer)
-        _, _, metrics = train_step(params, optimizer.init(params), batch, 0, jax.random.key(0))
+        _, _, metrics = jax.jit(train_step)(params, optimizer.init(params), batch, 0,
+                                            jax.random.key(0))
         np.testing.assert_allclose(metrics["loss"], losses[scored].mean(), rtol=1e-5)
     assert losses[stop].mean() > 0.1  # the end tokens' loss is not negligible: the two differ
 
