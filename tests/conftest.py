@@ -230,17 +230,22 @@ def train_here(workdir: Path, overrides: Sequence[str], *, config: Path = DEFAUL
                check: bool = True) -> subprocess.CompletedProcess:
     """``pe-research train`` through the CLI's entry point in this process (no Python or JAX
     start, the session's compiled programs); output captured as ``run_train``'s."""
+    result = cli_here("train", "--config", str(config), "--workdir", str(workdir), *overrides)
+    if check and result.returncode != 0:
+        raise AssertionError(f"pe-research train failed ({result.returncode}):\n"
+                             f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
+    return result
+
+
+def cli_here(*argv: str) -> subprocess.CompletedProcess:
+    """``pe-research ARGV`` through the CLI's entry point in this process (a sweep's workers
+    are still processes of their own); exit code and output captured as ``subprocess.run``'s."""
     from pe_research.cli.app import main
 
     out, err = io.StringIO(), io.StringIO()
-    argv = ["train", "--config", str(config), "--workdir", str(workdir), *overrides]
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
-    result = subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
-    if check and code != 0:
-        raise AssertionError(f"pe-research train failed ({code}):\n{result.stdout[-3000:]}\n"
-                             f"{result.stderr[-5000:]}")
-    return result
+        code = main(list(argv))
+    return subprocess.CompletedProcess(list(argv), code, out.getvalue(), err.getvalue())
 
 
 def run_script_here(script: str | Path, *args: str) -> subprocess.CompletedProcess:

@@ -1,4 +1,5 @@
-"""Sweep files over the tiny config, and the sweep driver as a child process, for tests."""
+"""Sweep files over the tiny config, and the sweep driver (in this process or a child), for
+tests."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
-from conftest import DEFAULT_CONFIG, REPO, cli_command, subprocess_env, tiny_overrides
+from conftest import DEFAULT_CONFIG, REPO, cli_command, cli_here, subprocess_env, tiny_overrides
 from flax import nnx
 
 from pe_research.runs.restore import load_run
@@ -39,6 +40,12 @@ def sweep():
 
 def sweep_command(sweep_file: Path, workdir: Path, *extra: str) -> list[str]:
     return [*cli_command(), "sweep", str(sweep_file), "--workdir", str(workdir), *extra]
+
+
+def sweep_here(sweep_file: Path, workdir: Path, *extra: str) -> subprocess.CompletedProcess:
+    """``pe-research sweep`` driven from this process (its workers are processes of their own);
+    exit code and output captured."""
+    return cli_here("sweep", str(sweep_file), "--workdir", str(workdir), *extra)
 
 
 def start_sweep(sweep_file: Path, workdir: Path) -> subprocess.Popen:

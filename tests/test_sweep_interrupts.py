@@ -7,16 +7,15 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 
 import numpy as np
 import pytest
-from conftest import REPO, cli_command, subprocess_env
+from conftest import cli_here
 from sweep_files import (
     manifest_states,
     run_params,
     start_sweep,
-    sweep_command,
+    sweep_here,
     wait_for,
     write_sweep,
 )
@@ -44,8 +43,7 @@ def test_sweep_killed_then_rerun_skips_finished_runs_and_records_failures(tmp_pa
     assert finished and len(finished) < 6
     stamps = {name: (workdir / name / "metrics.jsonl").stat().st_mtime for name in finished}
 
-    result = subprocess.run(sweep_command(sweep_file, workdir, "--no-report"), cwd=REPO,
-                            env=subprocess_env(), capture_output=True, text=True, timeout=600)
+    result = sweep_here(sweep_file, workdir, "--no-report")
     assert result.returncode == 1, result.stderr[-3000:]  # one grid point failed
     states = manifest_states(workdir)
     failed = sorted(name for name, state in states.items() if state == "failed")
@@ -58,8 +56,7 @@ def test_sweep_killed_then_rerun_skips_finished_runs_and_records_failures(tmp_pa
     for name, stamp in stamps.items():  # finished runs were not trained again
         assert (workdir / name / "metrics.jsonl").stat().st_mtime == stamp
     assert "4 done, 2 failed (of 6 runs)" in result.stdout
-    status = subprocess.run([*cli_command(), "sweep", "status", str(workdir)], cwd=REPO,
-                            env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    status = cli_here("sweep", "status", str(workdir))
     assert "4 done, 2 failed" in status.stdout
 
 
@@ -103,9 +100,8 @@ def test_killed_program_of_three_tasks_resumes_bit_identically(tmp_path):
     sweep_file = write_sweep(tmp_path / "s.py", grid=grid, seeds="(0,)",
                              members_per_program="'auto'", **changes)
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    result = subprocess.run(sweep_command(sweep_file, straight, "--no-report"), cwd=REPO,
-                            check=True, env=subprocess_env(), capture_output=True, text=True,
-                            timeout=600)
+    result = sweep_here(sweep_file, straight, "--no-report")
+    assert result.returncode == 0, result.stderr[-3000:]
     assert "3 grid points to run in 1 programs of up to 8 members" in result.stdout
     runs = sorted(manifest_states(straight))
     assert len(runs) == 3
@@ -119,8 +115,7 @@ def test_killed_program_of_three_tasks_resumes_bit_identically(tmp_path):
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
     assert manifest_states(resumed)[runs[-1]] in ("interrupted", "running")
-    subprocess.run(sweep_command(sweep_file, resumed, "--no-report"), cwd=REPO, check=True,
-                   env=subprocess_env(), capture_output=True, timeout=600)
+    assert sweep_here(sweep_file, resumed, "--no-report").returncode == 0
     assert set(manifest_states(resumed).values()) == {"done"}
     for run in runs:
         a, b = straight / run, resumed / run
