@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
-from conftest import REPO, subprocess_env, tiny_overrides
+from conftest import run_script_here, tiny_overrides
 
 from pe_research.evaluation.results import read_results
 
@@ -17,10 +14,8 @@ def test_demo_ends_with_a_sentence_computed_from_its_curves(tmp_path):
     root = tmp_path / "demo"
     overrides = tiny_overrides(**{"train.steps": 20, "train.eval_every": 0,
                                   "wandb.mode": "disabled"})
-    command = [sys.executable, "experiments/demo.py", "--root", str(root), "--jobs", "2", "--",
-               *overrides]
-    result = subprocess.run(command, cwd=REPO, env=subprocess_env(), capture_output=True,
-                            text=True, timeout=900)
+    result = run_script_here("experiments/demo.py", "--root", str(root), "--jobs", "2", "--",
+                             *overrides)
     assert result.returncode == 0, result.stderr[-3000:]
     in_dist = {}
     for scheme in ("none", "alibi", "rope", "sinusoidal"):
