@@ -13,7 +13,15 @@ import time
 import jax
 import numpy as np
 import pytest
-from conftest import DEFAULT_CONFIG, REPO, cli_command, subprocess_env, tiny_overrides, train_here
+from conftest import (
+    DEFAULT_CONFIG,
+    REPO,
+    cli_command,
+    cli_here,
+    subprocess_env,
+    tiny_overrides,
+    train_here,
+)
 from flax import nnx
 
 from pe_research.cli import main
@@ -80,8 +88,8 @@ def test_concurrent_training_is_refused_and_the_first_run_is_unharmed(tmp_path):
                                   "train.log_every": 50, "train.eval_every": 200,
                                   "wandb.mode": "disabled"})
     shared, lone = tmp_path / "shared", tmp_path / "lone"
-    command = [*cli_command(), "train", "--config", str(DEFAULT_CONFIG), *overrides]
-    first = subprocess.Popen([*command, "--workdir", str(shared)], cwd=REPO,
+    train_args = ["train", "--config", str(DEFAULT_CONFIG), *overrides, "--workdir", str(shared)]
+    first = subprocess.Popen([*cli_command(), *train_args], cwd=REPO,
                              env=subprocess_env(), stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True)
     try:
@@ -90,9 +98,7 @@ def test_concurrent_training_is_refused_and_the_first_run_is_unharmed(tmp_path):
             assert first.poll() is None and time.monotonic() < deadline, first.stderr.read()
             time.sleep(0.05)
         started = time.monotonic()
-        second = subprocess.run([*command, "--workdir", str(shared)], cwd=REPO,
-                                env=subprocess_env(), capture_output=True, text=True,
-                                timeout=120)
+        second = cli_here(*train_args)  # from this process: refused while the first trains
         refused_after = time.monotonic() - started
         first_still_running = first.poll() is None
         assert first.wait(timeout=240) == 0, first.stderr.read()[-3000:]
