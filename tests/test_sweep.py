@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, assert_same_trained_parameters, chdir_with_corpus, subprocess_env
-from sweep_files import manifest_states, run_params, sweep_command, write_sweep
+from sweep_files import manifest_states, run_params, sweep_command, sweep_here, write_sweep
 from tqdm import tqdm
 
 from pe_research.cli.app import main
@@ -168,15 +168,17 @@ def test_sweep_through_submitit_local_executor_and_report(tmp_path):
 
 
 @pytest.mark.slow
-def test_ensemble_sharded_over_eight_devices_matches_one_device(tmp_path):
+def test_ensemble_sharded_over_eight_devices_matches_one_device(tmp_path, monkeypatch):
     sweep_file = write_sweep(tmp_path / "s.py", grid='[{"model.pe.type": "alibi"}]',
                              seeds="(0, 1, 2, 3)", **{"train.steps": 6, "train.eval_every": 0})
     runs = {}
     for devices in (8, 1):
         workdir = tmp_path / f"devices_{devices}"
-        env = subprocess_env(XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
-        subprocess.run(sweep_command(sweep_file, workdir, "--no-report"), cwd=REPO, check=True,
-                       env=env, capture_output=True, timeout=600)
+        # The driver runs here; its worker, a process of its own, sees the devices asked for.
+        flags = subprocess_env(XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+        monkeypatch.setenv("XLA_FLAGS", flags["XLA_FLAGS"])
+        result = sweep_here(sweep_file, workdir, "--no-report")
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
         runs[devices] = workdir
     log = (runs[8] / "logs" / "pe.type=alibi.log").read_text()
     assert "ensemble of 4 members on 4 x 2 devices" in log
