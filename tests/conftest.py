@@ -306,12 +306,23 @@ TRAINING_FIXTURES = frozenset({"trained_run", "copy_run", "analyzed", "even_pair
                                "uninterrupted", "selective_copy_run", "t5_run"})
 
 
+# Modules holding tests of half a minute or more (processes trained, killed, signalled): run
+# first, each module whole, so that the workers' last tests are short ones and neither worker
+# waits long for the other at the end (xdist's worksteal splits the list and steals from its
+# tail).
+LONG_FIRST = ("test_compiled_step", "test_sweep_interrupts", "test_sweep", "test_demo",
+              "test_preemption", "test_disk_full", "test_compile_cache", "test_multidevice",
+              "test_resume", "test_ensemble")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test that reads a trained run is end-to-end: it is ``slow`` (``make test-fast``
-    leaves it out, ``make test`` and CI run it)."""
+    leaves it out, ``make test`` and CI run it). Modules of ``LONG_FIRST`` go first."""
     for item in items:
         if TRAINING_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: order kept
 
 
 @pytest.fixture(scope="session")
