@@ -1,12 +1,13 @@
 """`make test-fast` leaves out what trains: every fixture that trains a run is known to the
-marker hook, and a test that uses one is marked ``slow``."""
+marker hook, and a test that uses one is marked ``slow``; the modules the suite runs first
+exist."""
 
 from __future__ import annotations
 
 import ast
 
 import pytest
-from conftest import REPO, TRAINING_FIXTURES
+from conftest import LONG_FIRST, REPO, TRAINING_FIXTURES
 
 TRAINS = ("train(", "run_train(", "train_here(", "train_ensemble(", "main([")
 
@@ -33,3 +34,7 @@ def test_a_test_of_a_trained_run_is_slow(request, trained_run_dir):
 def test_a_unit_test_is_not(request):
     assert request.node.get_closest_marker("slow") is None
     assert pytest.mark.battery.name == "battery"
+
+
+def test_the_modules_run_first_exist():
+    assert [name for name in LONG_FIRST if not (REPO / "tests" / f"{name}.py").is_file()] == []
