@@ -120,12 +120,18 @@ def ran_at_default_optimization(request: pytest.FixtureRequest) -> bool:
     return True
 
 
+def session_root(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """The temporary directory the whole session shares: the base temp, or under xdist the
+    folder holding every worker's."""
+    base = tmp_path_factory.getbasetemp()
+    return base if worker_id == "master" else base.parent
+
+
 def default_optimization_outcomes(request: pytest.FixtureRequest) -> tuple[dict[str, str], str]:
     """``{nodeid: 'PASSED' | 'FAILED' | ...}`` of the session's ``default_optimization`` tests
     run in one child pytest, and its output; run once per session, shared through a file."""
-    root = request.getfixturevalue("tmp_path_factory").getbasetemp()
-    if request.getfixturevalue("worker_id") != "master":
-        root = root.parent
+    root = session_root(request.getfixturevalue("tmp_path_factory"),
+                        request.getfixturevalue("worker_id"))
     saved = root / "default_optimization.json"
     with FileLock(str(root / "default_optimization.lock")):
         if not saved.exists():
@@ -289,8 +295,7 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Tra
     Trained once per test session and shared by the xdist workers through a file lock; treat
     it as read-only (copy it to change it).
     """
-    base = tmp_path_factory.getbasetemp()
-    root = base if worker_id == "master" else base.parent
+    root = session_root(tmp_path_factory, worker_id)
     run_dir, output = root / "trained_tiny_run", root / "trained_tiny_run.stdout"
     with FileLock(str(root / "trained_tiny_run.lock")):
         if not output.exists():

@@ -30,13 +30,11 @@ pytestmark = pytest.mark.battery  # every scheme (or architecture): make test ru
 
 BATCH, SOURCE_LEN, TARGET_LEN = 6, 7, 10
 SEGMENTS = (2, 3, 7, TARGET_LEN)  # cache widths of a loop in segments (cache_widths: T >= 256)
-# LLVM codegen optimisation off halves compile time; both decoders are compiled the same way.
-FAST_COMPILE = {"xla_backend_optimization_level": 0}
 
 
 def compiled(function, *args):
-    """``function`` jitted and compiled for ``args`` with ``FAST_COMPILE``."""
-    return jax.jit(function).lower(*args).compile(compiler_options=FAST_COMPILE)
+    """``function`` jitted and compiled for ``args`` (one program, at the suite's XLA settings)."""
+    return jax.jit(function).lower(*args).compile()
 
 
 def spread_model(scheme: str, seed: int = 0):

@@ -32,7 +32,6 @@ BATCH, SOURCE_LEN, TARGET_LEN = 6, 7, 10
 # A token each spread model emits early in some rows: the end token of the decoding tests.
 STOPS = {"encoder_decoder": 12, "decoder_only": 3}
 ORACLE_STEPS = np.array([3, 5, 9, -1, 0, 7])  # -1: a row with no end token (a padding row)
-FAST_COMPILE = {"xla_backend_optimization_level": 0}
 
 
 def spread_model(architecture: str):
@@ -65,7 +64,7 @@ def test_the_oracle_length_puts_the_end_token_at_its_step_and_greedy_tokens_befo
                        jnp.ones(inputs.shape, bool))
         return free, oracle, jnp.argmax(logits.at[..., stop].set(-jnp.inf), axis=-1)
 
-    run = jax.jit(run).lower(state).compile(compiler_options=FAST_COMPILE)
+    run = jax.jit(run).lower(state).compile()
     free, oracle, best_but_stop = (np.asarray(a) for a in run(state))
     for row, step in enumerate(ORACLE_STEPS):
         end = TARGET_LEN if step < 0 else step
