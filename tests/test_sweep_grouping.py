@@ -1,5 +1,7 @@
 """Grid points that can stack share a program, up to a cap; nothing else does."""
 
+from pathlib import Path
+
 import pytest
 from sweep_files import write_sweep
 
@@ -13,6 +15,8 @@ from pe_research.sweeps.grouping import (
 )
 from pe_research.sweeps.spec import load_sweep
 from pe_research.training.ensemble import check_members, member_shapes
+
+REPO = Path(__file__).resolve().parents[1]
 
 GRID = ('product({"model.d_ff": [32, 64], "task.name": ["reverse_string", "copy", '
         '"bucket_sort"]})')
@@ -58,3 +62,17 @@ def test_plain_points_join_a_program_of_one_randomized_range_only(tmp_path):
             '{"model.pe.randomize.max_position": 128}, {"model.pe.randomize.max_position": 0}]')
     plan = load_sweep(write_sweep(tmp_path / "s.py", grid=grid))
     assert group_points(plan.points, [0, 1, 2, 3], 8) == [[0, 1], [2, 3]]
+
+
+def test_the_papers_table_and_its_pilot_stack_a_schemes_cells_on_a_gpu():
+    cap = MEMBERS_PER_PROGRAM["gpu"]
+    table = load_sweep(REPO / "configs/sweeps/randomized_pe_table.py")
+    groups = group_points(table.points, [point.index for point in table.points], cap)
+    assert (len(table.points), table.runs, len(groups)) == (165, 1650, 55)
+    assert {sum(len(table.points[i].members) for i in group) for group in groups} == {30}
+    pilot = load_sweep(REPO / "configs/sweeps/randomized_pe_pilot.py")
+    assert group_points(pilot.points, [0, 1], cap) == [[0, 1]]  # both arms, 3 seeds each
+    config = from_mapping(pilot.points[1].members[0].config)
+    assert (config.task.name, config.model.pe.type, config.model.pe.randomize.max_position,
+            config.train.steps) == ("reverse_string", "rope", 2048, 100_000)
+    assert tuple(config.eval.lengths) == tuple(range(1, 501))  # the paper's uniform average

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The accelerator checks of a short GPU lease, prepared here so that the lease goes to measuring.
+#
+#   bash benchmarks/gpu_session.sh wheels   # here, once: .whl/ gets what a bare GPU image lacks
+#   bash benchmarks/gpu_session.sh speed    # there, .whl carried: about 4 minutes
+#   bash benchmarks/gpu_session.sh pilot    # there, .whl carried: about 5 minutes
+#
+# speed, each benchmark under its own time limit, each table saved as soon as it is done:
+#   the sweep throughput of configs/sweeps/randomized_pe_table.py at its own shape (1, 8, 32,
+#   128 members per program) and the projected device-hours of the whole table (THROUGHPUT_S);
+#   the `large` shape's train step in bfloat16 with cuDNN attention (its MFU), and 1 against 32
+#   ensemble members (SPEED_S each).
+# pilot: configs/sweeps/randomized_pe_pilot.py, one cell of that table (plain and randomized,
+#   3 seeds, one program) for PILOT_STEPS of the table's 100,000 steps, evaluated at every
+#   length 1-500, then its table in the paper's metric (PILOT_S in all). The speed stage's
+#   model-steps/s at 8 members sizes PILOT_STEPS to the time left.
+# OUT (default runs/gpu_session) gets speed.tgz (tables, logs, the device's name),
+# pilot.tgz.part* (the pilot's run directories without their frozen eval sets, in pieces of
+# 15 MiB) and session.log. EXTRA_PILOT adds config overrides to the pilot (a CPU trial at a
+# smaller size, say). Two stages in two calls: a lease that ends early keeps the first's results.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+MISSING=(ml_collections datasets dill multiprocess submitit)  # not in the GPU image
+STAGE=${1:-}
+
+if [ "$STAGE" = wheels ]; then
+  exec python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
+    -c constraints.txt -d .whl "${MISSING[@]}"
+fi
+if [ "$STAGE" != speed ] && [ "$STAGE" != pilot ]; then
+  echo "usage: bash benchmarks/gpu_session.sh wheels|speed|pilot (see its first lines)" >&2
+  exit 2
+fi
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site
+fi
+
+OUT=${OUT:-runs/gpu_session}
+PYTHON=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
+PILOT_STEPS=${PILOT_STEPS:-10000}
+THROUGHPUT_S=${THROUGHPUT_S:-150} SPEED_S=${SPEED_S:-60} PILOT_S=${PILOT_S:-300}
+WORK=${WORK:-/tmp/gpu_session}  # kept between calls to a warm machine
+export PYTHON PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/session.log") 2>&1
+failed=0
+
+if [ "$STAGE" = speed ]; then
+  bench() {  # LIMIT_S, then run_all.sh's entries; the tables so far land in speed.tgz
+    LIMIT_S=$1 OUT_DIR="$WORK/speed" BUNDLE="$OUT/speed.tgz" bash benchmarks/run_all.sh "${@:2}"
+  }
+  bench "$THROUGHPUT_S" sweep_throughput || failed=1
+  bench "$SPEED_S" "train_speed --shapes large --dtypes bfloat16 --implementations cudnn \
+--steps-per-call 1" "ensemble_speed --members 1,32 --steps-per-call 10" || failed=1
+  exit $failed
+fi
+
+echo "== pilot: $PILOT_STEPS steps, limit $PILOT_S s"
+start=$SECONDS
+# A checkpoint every quarter: a pilot cut at its limit comes back with its progress, and the
+# same command there, on the same machine, resumes it.
+# shellcheck disable=SC2086  # EXTRA_PILOT holds several overrides
+timeout -k 10 "$PILOT_S" "$PYTHON" -m pe_research.cli sweep configs/sweeps/randomized_pe_pilot.py \
+  --workdir "$WORK/pilot" --config.train.steps="$PILOT_STEPS" \
+  --config.train.checkpoint_every=$((PILOT_STEPS / 4)) --config.train.keep_checkpoints=1 \
+  --config.data.eval_cache_dir="$WORK/eval_sets" --config.wandb.mode=disabled ${EXTRA_PILOT:-} \
+  && "$PYTHON" -m pe_research.cli table "$WORK/pilot/*/*" --metric output_token_accuracy \
+       --out "$WORK/pilot/report_paper_metric" \
+  || { failed=1; echo "== pilot: FAILED or cut off" >&2; }
+echo "== pilot: $((SECONDS - start)) s"
+tar czf - -C "$WORK" --exclude=eval_data pilot | split -b 15m - "$OUT/pilot.tgz.part"
+exit $failed
