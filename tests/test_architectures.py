@@ -214,7 +214,8 @@ def test_a_training_step_on_positions_shared_by_the_rows_equals_rows_and_eager(a
                                                                               scheme):
     """Packed rows share their joint positions: ``[1, S + T]`` reaches every layer (a batch-1
     bias), and the logits and gradients are those of the same positions repeated per row and
-    those computed op by op: a training step works on every supported scheme."""
+    those computed op by op (for the representative schemes): a training step works on every
+    supported scheme."""
     if not supported(architecture, scheme):
         return
     model = single_stack(architecture, scheme)
@@ -247,6 +248,8 @@ def test_a_training_step_on_positions_shared_by_the_rows_equals_rows_and_eager(a
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
     assert np.isfinite(float(shared_loss))
     assert sum(float(jnp.sum(jnp.abs(g))) for g in jax.tree.leaves(shared_grads)) > 0
+    if scheme not in SCHEMES_TO_CHECK:
+        return  # each scheme's own code runs op by op in its contract (test_scheme_contract.py)
     (eager_loss, _), eager_grads = jax.value_and_grad(loss, has_aux=True)(params, shared)
     np.testing.assert_allclose(shared_loss, eager_loss, rtol=1e-5)
     for a, b in zip(jax.tree.leaves(shared_grads), jax.tree.leaves(eager_grads), strict=True):
