@@ -2,19 +2,21 @@
 # The accelerator checks of a short GPU lease, prepared here so that the lease goes to measuring.
 #
 #   bash benchmarks/gpu_session.sh wheels   # here, once: .whl/ gets what a bare GPU image lacks
-#   bash benchmarks/gpu_session.sh speed    # there, .whl carried: about 4 minutes
-#   bash benchmarks/gpu_session.sh pilot    # there, .whl carried: about 5 minutes
+#   bash benchmarks/gpu_session.sh speed    # there, .whl carried: at most 5 min 20 s
+#   bash benchmarks/gpu_session.sh pilot    # there, .whl carried: at most 5 minutes
 #
 # speed, each benchmark under its own time limit, each table saved as soon as it is done:
-#   the sweep throughput of configs/sweeps/randomized_pe_table.py at its own shape (1, 8, 32,
-#   128 members per program) and the projected device-hours of the whole table (THROUGHPUT_S);
-#   the `large` shape's train step in bfloat16 with cuDNN attention (its MFU), and 1 against 32
-#   ensemble members (SPEED_S each).
+#   the sweep throughput of configs/sweeps/randomized_pe_table.py at its own shape and the
+#   projected device-hours of the whole table, twice: its first program (members of its first
+#   tasks, as the sweep stacks them; 1, 8, 32, 128 members) and, as if every program cost as
+#   much, its costliest (duplicate_string, the longest sequences, on Transformer-XL; 30 members)
+#   (THROUGHPUT_S each); the `large` shape's train step in bfloat16 with cuDNN attention (its
+#   MFU), and 1 against 32 ensemble members (SPEED_S each).
 # pilot: configs/sweeps/randomized_pe_pilot.py, one cell of that table (plain and randomized,
 #   3 seeds, one program) for PILOT_STEPS of the table's 100,000 steps, evaluated at every
 #   length 1-500, then its table in the paper's metric (PILOT_S in all). The speed stage's
 #   model-steps/s at 8 members sizes PILOT_STEPS to the time left.
-# OUT (default runs/gpu_session) gets speed.tgz (tables, logs, the device's name),
+# OUT (default runs/gpu_session) gets speed_*.tgz (tables, logs, the device's name),
 # pilot.tgz.part* (the pilot's run directories without their frozen eval sets, in pieces of
 # 15 MiB) and session.log. EXTRA_PILOT adds config overrides to the pilot (a CPU trial at a
 # smaller size, say). Two stages in two calls: a lease that ends early keeps the first's results.
@@ -41,7 +43,7 @@ fi
 OUT=${OUT:-runs/gpu_session}
 PYTHON=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
 PILOT_STEPS=${PILOT_STEPS:-10000}
-THROUGHPUT_S=${THROUGHPUT_S:-150} SPEED_S=${SPEED_S:-60} PILOT_S=${PILOT_S:-300}
+THROUGHPUT_S=${THROUGHPUT_S:-100} SPEED_S=${SPEED_S:-50} PILOT_S=${PILOT_S:-300}
 WORK=${WORK:-/tmp/gpu_session}  # kept between calls to a warm machine
 export PYTHON PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$OUT"
@@ -49,11 +51,14 @@ exec > >(tee -a "$OUT/session.log") 2>&1
 failed=0
 
 if [ "$STAGE" = speed ]; then
-  bench() {  # LIMIT_S, then run_all.sh's entries; the tables so far land in speed.tgz
-    LIMIT_S=$1 OUT_DIR="$WORK/speed" BUNDLE="$OUT/speed.tgz" bash benchmarks/run_all.sh "${@:2}"
+  bench() {  # PART, LIMIT_S, then run_all.sh's entries; the tables so far in speed_PART.tgz
+    LIMIT_S=$2 OUT_DIR="$WORK/speed/$1" BUNDLE="$OUT/speed_$1.tgz" \
+      bash benchmarks/run_all.sh "${@:3}"
   }
-  bench "$THROUGHPUT_S" sweep_throughput || failed=1
-  bench "$SPEED_S" "train_speed --shapes large --dtypes bfloat16 --implementations cudnn \
+  bench first_program "$THROUGHPUT_S" "sweep_throughput --stack points" || failed=1
+  bench costliest_program "$THROUGHPUT_S" "sweep_throughput --members 30 \
+--point task.name=duplicate_string,pe.type=transformer_xl,max_position=2048" || failed=1
+  bench steps "$SPEED_S" "train_speed --shapes large --dtypes bfloat16 --implementations cudnn \
 --steps-per-call 1" "ensemble_speed --members 1,32 --steps-per-call 10" || failed=1
   exit $failed
 fi

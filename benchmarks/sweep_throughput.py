@@ -82,15 +82,19 @@ def member_counts(text: str) -> list[int]:
 
 def member_configs(plan: SweepPlan, point: Point, members: int, stack: str) -> list[Any]:
     """``members`` configs of one program: ``point``'s config with seeds 0..M-1 (``seeds``), or
-    (``points``) the members of every grid point that stacks with ``point``, in turn."""
+    (``points``) the members of every grid point that stacks with ``point``, in turn from
+    ``point`` on: the program that holds it, as the sweep's grouping fills programs in grid
+    order."""
     if stack == "seeds":
         configs = [from_mapping(copy.deepcopy(point.members[0].config)) for _ in range(members)]
         for seed, config in enumerate(configs):
             config.seed = seed
         return configs
     key = program_key(point.members[0].config)
-    pool = [member.config for other in plan.points for member in other.members
-            if program_key(other.members[0].config) == key]
+    stacking = [other for other in plan.points if program_key(other.members[0].config) == key]
+    start = [other.index for other in stacking].index(point.index)
+    pool = [member.config for other in stacking[start:] + stacking[:start]
+            for member in other.members]
     configs = [from_mapping(copy.deepcopy(pool[k % len(pool)])) for k in range(members)]
     for k, config in enumerate(configs):  # beyond the pool, further seeds of the same runs
         config.seed = int(config.seed) + 1_000 * (k // len(pool))

@@ -364,6 +364,23 @@ def test_sweep_throughput_measures_each_member_count_and_projects_the_sweep(tmp_
         assert evaluation > 0
 
 
+def test_members_of_stacked_points_start_at_the_measured_point(tmp_path):
+    """``--stack points --point P`` measures the program that holds P: P's members first, then
+    the points after it that stack, wrapping round to the first."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from sweep_throughput import member_configs
+
+    from pe_research.sweeps.spec import load_sweep
+
+    grid = ('[{"task.name": "copy"}, {"model.pe.type": "alibi"}, '
+            '{"task.name": "reverse_string"}, {"task.name": "bucket_sort"}]')
+    plan = load_sweep(write_sweep(tmp_path / "s.py", grid=grid, seeds="(0, 1)"))
+    configs = member_configs(plan, plan.points[2], 7, "points")
+    assert [(c.task.name, c.seed) for c in configs] == [
+        ("reverse_string", 0), ("reverse_string", 1), ("bucket_sort", 0), ("bucket_sort", 1),
+        ("copy", 0), ("copy", 1), ("reverse_string", 1_000)]  # ALiBi never: another program
+
+
 @pytest.mark.slow
 def test_ensemble_speed_prints_one_row_per_member_count():
     out = run_script("benchmarks/ensemble_speed.py", "--members", "1,2", "--steps", "2",
