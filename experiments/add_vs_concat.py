@@ -187,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     overrides += [f"--config.{k}={','.join(map(str, v)) if isinstance(v, tuple) else v}"
                   for k, v in preset.items()]
     base = load_config(args.config, overrides + user_overrides)
-    seeds = list(range(args.seeds or (2 if args.quick or args.cpu else 3)))
+    seeds = list(range(args.seeds or (2 if args.quick else 3)))
     result = run_experiment(base, args.workdir, seeds, args.scheme, args.metric)
     print((args.workdir / "comparison" / "add_vs_concat.md").read_text(), end="")
     print(f"parameters: {result['parameters']}; comparison in {args.workdir / 'comparison'}")
