@@ -67,10 +67,22 @@ def test_space_separated_overrides_are_collected():
     ("model.tie_output=maybe", "model.tie_output='maybe' is invalid"),
     ("train.stepz=3", "train.stepz=None is invalid: not a config key; keys of train are"),
     ("optimizer.lr=3", "optimizer.lr=None is invalid: not a config key; keys of the config"),
+    ("model.pe=rope", "model.pe='rope' is invalid: a block of settings: set one of its keys, "
+                      "e.g. --config.model.pe.type=VALUE$"),
+    ("train.eval_lengths=all", "train.eval_lengths='all' is invalid: expected a value of type "
+                               "tuple like (24, 32, 48)$"),
 ])
 def test_bad_override_names_key_and_value(override, message):
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")
+                       .replace(".", r"\.")) as error:
         load_config(DEFAULT, [f"--config.{override}"])
+    assert "\n" not in str(error.value)
+
+
+def test_a_bad_override_of_a_long_value_shows_its_start_on_one_line():
+    with pytest.raises(ConfigError, match=r"expected a value of type tuple like \(1, 2, 3, 4, "
+                                          r"5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 1\.\.\.$"):
+        load_config(CONFIGS / "sweeps/randomized_pe_pilot.py", ["--config.eval.lengths=all"])
 
 
 def test_changing_the_scheme_rebuilds_its_block_first():

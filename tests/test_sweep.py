@@ -110,6 +110,20 @@ def test_bad_grid_point_fails_before_anything_runs(tmp_path, capsys, grid, messa
     assert not workdir.exists()
 
 
+def test_an_override_of_a_key_the_grid_sets_is_one_line_before_anything_runs(tmp_path, capsys):
+    """A grid point's value would win over ``--config``: refused, not silently ignored."""
+    sweep_file = write_sweep(tmp_path / "s.py", grid='[{"model.pe.type": "rope"}, {}]')
+    with pytest.raises(ConfigError, match=r"1 of the 2 grid points set it.*change the grid"):
+        load_sweep(sweep_file, ["--config.model.pe.type=alibi"])
+    plan = load_sweep(sweep_file, ["--config.model.d_model=32"])  # a key the grid leaves alone
+    assert [point.members[0].config["model"]["d_model"] for point in plan.points] == [32, 32]
+    workdir = tmp_path / "never"
+    assert main(["sweep", str(sweep_file), "--workdir", str(workdir),
+                 "--config.model.pe.type=alibi"]) == 2
+    assert "--config.model.pe.type='alibi' is invalid" in capsys.readouterr().err
+    assert not workdir.exists()
+
+
 def test_slurm_without_sbatch_is_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch anywhere
     sweep_file = write_sweep(tmp_path / "s.py")

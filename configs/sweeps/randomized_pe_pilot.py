@@ -9,8 +9,8 @@ average over 41-500 is the paper's uniform one:
     pe-research table 'runs/rpe_pilot/*/*' --metric output_token_accuracy
 
 The full table trains each run for 100,000 steps; a GPU lent for minutes takes a stated fraction
-of them (`--config.train.steps=10000`, benchmarks/gpu_session.sh). Another cell:
-`--config.task.name=...` and `--config.model.pe.type=...` apply to every grid point.
+of them (`--config.train.steps=10000`, benchmarks/gpu_session.sh). Another cell: TASK and SCHEME
+below (the grid points set both, so `--config.task.name=...` would not change them).
 """
 
 from pathlib import Path
@@ -20,6 +20,7 @@ from pe_research.sweeps import Sweep
 
 REPO = Path(__file__).resolve().parents[2]
 TABLE = REPO / "configs/sweeps/randomized_pe_table.py"
+TASK, SCHEME = "reverse_string", "rope"
 LONGEST_TRAINED, LONGEST_EVALUATED, MAX_POSITION = 40, 500, 2048
 
 
@@ -33,5 +34,5 @@ def get_config():
 
 def sweep():
     table = load_user_module(TABLE)
-    grid = table.grid(("reverse_string",), ("rope",), MAX_POSITION, MAX_POSITION, LONGEST_TRAINED)
+    grid = table.grid((TASK,), (SCHEME,), MAX_POSITION, MAX_POSITION, LONGEST_TRAINED)
     return Sweep(grid=grid, seeds=(0, 1, 2), members_per_program="auto")

@@ -91,8 +91,13 @@ def parse_value(key: str, text: str, current: Any) -> Any:
             return _parse_tuple(text, current)
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
-        kind = type(current).__name__
-        raise ConfigError(key, text, f"expected a value of type {kind} like {current!r}") from None
+        if isinstance(current, ml_collections.ConfigDict):
+            first = "type" if "type" in current else next(iter(current.keys()), "KEY")
+            raise ConfigError(key, text, f"a block of settings: set one of its keys, e.g. "
+                                         f"--config.{key}.{first}=VALUE") from None
+        kind, example = type(current).__name__, repr(current)
+        example = example if len(example) <= 60 else f"{example[:57]}..."
+        raise ConfigError(key, text, f"expected a value of type {kind} like {example}") from None
 
 
 def _parse_tuple(text: str, current: tuple) -> tuple:

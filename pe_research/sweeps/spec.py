@@ -35,6 +35,7 @@ from pe_research.config import (
     validate_config,
 )
 from pe_research.config.naming import short_keys, value_name
+from pe_research.core.arguments import split_override
 from pe_research.core.errors import ConfigError
 
 STACKED_KEYS = ("seed", "train.learning_rate")  # the member axis, never a grid key
@@ -158,6 +159,7 @@ def load_sweep(path: str | Path, overrides: Sequence[str] = ()) -> SweepPlan:
         if key in STACKED_KEYS:
             raise ConfigError(key, None, "is the stacked member axis, not a grid key; use "
                               "Sweep(seeds=..., learning_rates=...)")
+    check_overrides_outside_grid(overrides, grid, path)
     labels = short_keys(keys)
     named = varying_keys(grid, keys)
     unknown = set(spec.slurm) - set(SLURM_KEYS)
@@ -175,6 +177,19 @@ def load_sweep(path: str | Path, overrides: Sequence[str] = ()) -> SweepPlan:
     return SweepPlan(file=path, points=points, swept_keys=keys, seeds=seeds,
                      learning_rates=[float(r) for r in spec.learning_rates],
                      slurm=dict(spec.slurm), members_per_program=spec.members_per_program)
+
+
+def check_overrides_outside_grid(overrides: Sequence[str], grid: Sequence[Mapping[str, Any]],
+                                 path: Path) -> None:
+    """ConfigError for a ``--config`` override of a key that grid points set: the point's value
+    wins there, so the override would be silently ignored."""
+    for text in overrides:
+        key, value = split_override(text)
+        covered = sum(key in point for point in grid)
+        if covered:
+            raise ConfigError(f"--config.{key}", value, f"{covered} of the {len(grid)} grid "
+                              f"points set it, and a grid point's value wins; change the grid "
+                              f"in {path.name}")
 
 
 def _check_members(spec: Sweep) -> list[int]:
