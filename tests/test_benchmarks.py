@@ -317,6 +317,17 @@ def test_run_all_passes_a_benchmarks_own_arguments_stops_it_at_the_limit_and_bun
     assert done.stderr == "error: LIMIT_S=2m: give whole seconds per benchmark (0: no limit)\n"
 
 
+def test_the_gpu_session_names_its_stages_when_given_none_of_them(tmp_path):
+    for argv in ([], ["measure"]):
+        done = subprocess.run(["bash", "benchmarks/gpu_session.sh", *argv], cwd=REPO,
+                              env={**os.environ, "OUT": str(tmp_path / "out")},
+                              capture_output=True, text=True, timeout=30)
+        assert done.returncode == 2
+        assert done.stderr == ("usage: bash benchmarks/gpu_session.sh wheels|speed|pilot "
+                               "(see its first lines)\n")
+    assert not (tmp_path / "out").exists()  # nothing installed, nothing written
+
+
 def table_rows(out: str, header: str) -> list[list[str]]:
     """The cells of the markdown table under the line starting with ``header``."""
     lines = out.splitlines()
