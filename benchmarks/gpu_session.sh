@@ -76,5 +76,5 @@ timeout -k 10 "$PILOT_S" "$PYTHON" -m pe_research.cli sweep configs/sweeps/rando
        --out "$WORK/pilot/report_paper_metric" \
   || { failed=1; echo "== pilot: FAILED or cut off" >&2; }
 echo "== pilot: $((SECONDS - start)) s"
-tar czf - -C "$WORK" --exclude=eval_data pilot | split -b 15m - "$OUT/pilot.tgz.part"
+tar czf - -C "$WORK" pilot | split -b 15m - "$OUT/pilot.tgz.part"
 exit $failed

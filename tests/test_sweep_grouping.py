@@ -1,8 +1,7 @@
 """Grid points that can stack share a program, up to a cap; nothing else does."""
 
-from pathlib import Path
-
 import pytest
+from conftest import REPO
 from sweep_files import write_sweep
 
 from pe_research.config import from_mapping
@@ -15,8 +14,6 @@ from pe_research.sweeps.grouping import (
 )
 from pe_research.sweeps.spec import load_sweep
 from pe_research.training.ensemble import check_members, member_shapes
-
-REPO = Path(__file__).resolve().parents[1]
 
 GRID = ('product({"model.d_ff": [32, 64], "task.name": ["reverse_string", "copy", '
         '"bucket_sort"]})')
