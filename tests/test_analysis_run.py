@@ -1,5 +1,7 @@
 """`pe-research analyze RUN_DIR` on a run of the real trainer, logged to real (offline) W&B."""
 
+import contextlib
+import io
 import json
 import math
 import shutil
@@ -27,17 +29,18 @@ def analyzed(trained_run_dir, tmp_path_factory):
     """A copy of the trained run (the shared one stays read-only), analysed with W&B offline."""
     run_dir = tmp_path_factory.mktemp("analyze") / "run"
     shutil.copytree(trained_run_dir, run_dir)
-    with pytest.MonkeyPatch.context() as patch:
+    console = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stderr(console):
         patch.setenv("WANDB_MODE", "offline")
-        patch.setenv("WANDB_SILENT", "true")
+        patch.delenv("WANDB_SILENT", raising=False)
         assert main(["analyze", str(run_dir), "--step", "latest", "--examples", "4"]) == 0
     out = run_dir / "analysis" / "step_40"
     return run_dir, out, json.loads((out / REPORT_FILE).read_text()), np.load(
-        out / "analysis_arrays.npz")
+        out / "analysis_arrays.npz"), console.getvalue()
 
 
 def test_analyze_writes_figures_numbers_and_table(analyzed):
-    run_dir, out, results, _ = analyzed
+    run_dir, out, results, _, _ = analyzed
     assert results["step"] == 40 and results["mode"] == "model"
     assert results["geometry"].startswith("not computed")  # rope adds no position vectors
     sites = results["decomposition"]["sites"]
@@ -55,7 +58,7 @@ def test_analyze_writes_figures_numbers_and_table(analyzed):
 
 
 def test_saved_terms_add_up_to_the_restored_models_logits(analyzed, monkeypatch):
-    run_dir, _, results, arrays = analyzed
+    run_dir, _, results, arrays, _ = analyzed
     run = load_run(run_dir, "40")
     batch = example_batch(run, None, 4)
     source_positions, target_positions = evaluation_positions(run, batch)
@@ -97,7 +100,7 @@ def test_restored_parameters_are_the_trained_ones(trained_run_dir):
 
 
 def test_analysis_is_logged_to_the_runs_wandb(analyzed):
-    run_dir, _, _, _ = analyzed
+    run_dir, _, _, _, console = analyzed
     run_id = (run_dir / "wandb_run_id").read_text().strip()
     sessions = sorted((run_dir / "wandb").glob("offline-run-*"))
     # Training and analysis each write an offline session of the run's one W&B id.
@@ -110,6 +113,9 @@ def test_analysis_is_logged_to_the_runs_wandb(analyzed):
     assert logged == {"decomposition_encoder_self_layer_0", "decomposition_decoder_self_layer_0",
                       "decomposition_shares", "attention_weights"}
     assert json.loads((files / "step_40" / REPORT_FILE).read_text())["step"] == 40
+    # Copies, not links into the analysis folder (which W&B announces on the console).
+    assert not (files / "step_40" / REPORT_FILE).is_symlink()
+    assert "wandb:" not in console
     assert (run_dir / "wandb_run_id").read_text().strip() in runs[0].name
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import jax
 
+from pe_research.core.atomic_files import atomic_write_text
 from pe_research.runs.tracking import wandb_writer
 
 STEP_KEY = "analysis/checkpoint_step"
@@ -54,7 +55,12 @@ def log_to_wandb(paths: Mapping[str, Path], results: Mapping[str, Any], run_dir:
         run.log({STEP_KEY: step, **summary_scalars(results), **images})
         for key in ("json", "table"):
             if key in paths:
-                run.save(str(paths[key]), base_path=str(paths[key].parent.parent), policy="now")
+                # A copy in the run's own files folder is published as it is: W&B neither
+                # links the analysis folder nor warns on the console that it did.
+                copy = Path(run.dir) / paths[key].parent.name / paths[key].name
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_text(copy, paths[key].read_text())
+                run.save(str(copy), base_path=run.dir, policy="now")
     except Exception as error:  # noqa: BLE001 - the files on disk are the result; W&B is a copy
         warnings.warn(f"analysis not logged to W&B ({type(error).__name__}: {error}); it is "
                       f"in {paths['json'].parent}", stacklevel=2)
