@@ -56,8 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=1,
                         help="jobs (programs) running at once (SLURM: array parallelism)")
     parser.add_argument("--members-per-program", default=None, metavar="N | auto | point",
-                        help="train grid points that differ only in task, lengths, seed or "
-                             "learning rate stacked in one program of up to N members; 'auto': "
+                        help="train grid points that differ only in task, lengths, seed, "
+                             "learning rate or plain vs randomized positions (one range) "
+                             "stacked in one program of up to N members; 'auto': "
                              "the cap measured for the device; 'point': one program per grid "
                              "point (default: the sweep file's, else 'point')")
     parser.add_argument("--partition", default=None, help="SLURM partition")
