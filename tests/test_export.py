@@ -22,6 +22,7 @@ def test_an_exported_run_restores_to_identical_logits(trained_run_dir, tmp_path,
     path = tmp_path / "out" / "tiny.safetensors"
     assert cli.main(["export", str(trained_run_dir), "--to", str(path), "--step", "latest"]) == 0
     assert capsys.readouterr().out.startswith(f"{path}: ")
+    assert (path.stat().st_mode & 0o777) == 0o644  # as every file of a run: others may read it
     tensors = load_file(str(path))  # the plain safetensors reader: nothing of ours needed
     run = load_run(trained_run_dir, "latest")
     flat = nnx.traversals.flatten_mapping(run.params.to_pure_dict())

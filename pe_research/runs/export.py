@@ -49,6 +49,7 @@ def export_run(run_dir: str | Path, to: str | Path, checkpoint: str | int = "bes
     to.parent.mkdir(parents=True, exist_ok=True)
     partial = to.with_name(f".{to.name}.{os.getpid()}.partial")
     save_file(flat_params(run.params), str(partial), metadata=metadata)
+    partial.chmod(0o644)  # safetensors creates it readable by its owner alone
     partial.replace(to)
     return to
 
