@@ -127,7 +127,8 @@ def test_every_position_consuming_scheme_sees_randomized_positions(scheme):
 
 def test_every_scheme_accepts_the_randomize_block():
     for name in SCHEMES:
-        tiny_config(name, pe={"randomize": {"max_position": 0, "eval_policy": "plain"}})
+        block = {"max_position": 0, "eval_policy": "plain"}
+        assert tiny_config(name, pe={"randomize": block}).pe["randomize"] == block, name
 
 
 def test_a_config_dict_block_with_a_dotted_override_works():
