@@ -1,13 +1,13 @@
 """The contract every registered scheme keeps, tested from its registry line alone.
 
 For each entry of ``SCHEMES`` (and each entry of ``VARIANTS``, the options that change a
-scheme's math) inside the tiny encoder-decoder: eager == jit (forward and backward), a
-gradient reaches every parameter of the model (no dead per-layer copies) and the scheme has
-parameters exactly where its standalone instance does, padding changes no real output, the
-decoder is causal, cached decoding equals teacher forcing, a scheme that declares itself
-``relative`` is blind to a shift of all positions, bfloat16 compute gives a finite loss, and
-the model config survives ``config.json``. Golden values of each scheme's formula live in the
-per-scheme test files.
+scheme's math) inside the tiny encoder-decoder: op by op == jit, a gradient reaches every
+parameter of the model (no dead per-layer copies) and the scheme has parameters exactly where
+its standalone instance does, positions shared by the rows equal them repeated per row,
+padding changes no real output, the decoder is causal, cached decoding equals teacher forcing,
+a scheme that declares itself ``relative`` is blind to a shift of all positions, bfloat16
+compute gives a finite loss, and the model config survives ``config.json``. Golden values of
+each scheme's formula live in the per-scheme test files.
 """
 
 from __future__ import annotations
@@ -94,34 +94,6 @@ def scheme_parameters(name: str, grads) -> list[tuple[str, jax.Array]]:
 
 
 @pytest.mark.parametrize(("name", "pe"), ENTRIES, ids=IDS)
-def test_eager_equals_jit_forward_and_backward_and_every_parameter_learns(name, pe):
-    model = entry_model(name, pe, dropout_rate=0.1)
-    source, target = random_inputs()
-    s_pos, t_pos = arange_positions(2, 6), arange_positions(2, 5)
-    graph, params, rest = nnx.split(model, nnx.Param, ...)
-    key = jax.random.key(3)
-
-    def loss(params):
-        return loss_of(nnx.merge(graph, params, rest), source, target, s_pos, t_pos, key)
-
-    eager_loss, eager_grads = jax.value_and_grad(loss)(params)
-    jit_loss, jit_grads = jax.jit(jax.value_and_grad(loss))(params)
-    assert np.isfinite(float(eager_loss))
-    np.testing.assert_allclose(jit_loss, eager_loss, rtol=1e-5)
-    for eager, jitted in zip(jax.tree.leaves(eager_grads), jax.tree.leaves(jit_grads), strict=True):
-        np.testing.assert_allclose(jitted, eager, rtol=1e-4, atol=1e-6)
-    flat = jax.tree_util.tree_flatten_with_path(eager_grads)[0]
-    dead = [jax.tree_util.keystr(path) for path, g in flat if not jnp.any(g != 0)]
-    assert dead == [], f"parameters without gradient (dead copies?): {dead}"
-    required = scheme_parameters(name, eager_grads)
-    standalone = build_scheme({**default_pe_config(name), **pe}, d_model=16, num_heads=2,
-                              rngs=nnx.Rngs(0))
-    assert bool(required) == bool(jax.tree.leaves(nnx.state(standalone, nnx.Param)))
-    for path, grad in required:
-        assert float(jnp.max(jnp.abs(grad))) > 0, f"no gradient reaches {path}"
-
-
-@pytest.mark.parametrize(("name", "pe"), ENTRIES, ids=IDS)
 def test_padding_changes_no_real_output(name, pe):
     graph, state = nnx.split(entry_model(name, pe))
     model = jax.jit(lambda state, *inputs: nnx.merge(graph, state)(*inputs))
@@ -191,15 +163,18 @@ def test_cached_decoding_equals_teacher_forcing_and_relative_schemes_ignore_shif
 
 
 @pytest.mark.parametrize(("name", "pe"), ENTRIES, ids=IDS)
-def test_positions_shared_by_the_rows_give_the_same_logits_gradients_and_cache(name, pe):
-    """``[1, T]`` positions (a batch-1 bias, broadcast by attention) against the same positions
-    repeated per row, with padding, through training and through cached decoding."""
+def test_eager_equals_jit_every_parameter_learns_and_shared_positions_equal_rows(name, pe):
+    """Op by op (the scheme's Python on concrete arrays) equals jit; a gradient reaches every
+    parameter, and the scheme's where its standalone instance has them; ``[1, T]`` positions (a
+    batch-1 bias, broadcast by attention) against the same positions repeated per row, with
+    padding, through training and through cached decoding."""
     model = entry_model(name, pe)
     graph, params, rest = nnx.split(model, nnx.Param, ...)
     source, target = random_inputs(batch=3, source_len=6, target_len=5)
     s_mask = jnp.arange(6)[None, :] < jnp.asarray([[6], [4], [2]])
     t_mask = jnp.arange(5)[None, :] < jnp.asarray([[5], [3], [5]])
     s_pos, t_pos = arange_positions(1, 6, 3), arange_positions(1, 5, 2)
+    s_rows, t_rows = jnp.repeat(s_pos, 3, 0), jnp.repeat(t_pos, 3, 0)
 
     def loss(params, s_pos, t_pos):
         logits = nnx.merge(graph, params, rest)(source, target, s_pos, t_pos, s_mask, t_mask)
@@ -207,11 +182,24 @@ def test_positions_shared_by_the_rows_give_the_same_logits_gradients_and_cache(n
 
     grad = jax.jit(jax.value_and_grad(loss, has_aux=True))
     (shared_loss, shared), shared_grads = grad(params, s_pos, t_pos)
-    (rows_loss, rows), rows_grads = grad(params, jnp.repeat(s_pos, 3, 0), jnp.repeat(t_pos, 3, 0))
+    (rows_loss, rows), rows_grads = grad(params, s_rows, t_rows)
+    eager_loss, eager = loss(params, s_rows, t_rows)
+    assert np.isfinite(float(eager_loss))
+    np.testing.assert_allclose(rows, eager, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(rows_loss, eager_loss, rtol=1e-5)
     np.testing.assert_allclose(shared, rows, atol=1e-5, rtol=1e-5)
     np.testing.assert_allclose(shared_loss, rows_loss, rtol=1e-6)
     for a, b in zip(jax.tree.leaves(shared_grads), jax.tree.leaves(rows_grads), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    flat = jax.tree_util.tree_flatten_with_path(rows_grads)[0]
+    dead = [jax.tree_util.keystr(path) for path, g in flat if not jnp.any(g != 0)]
+    assert dead == [], f"parameters without gradient (dead copies?): {dead}"
+    required = scheme_parameters(name, rows_grads)
+    standalone = build_scheme({**default_pe_config(name), **pe}, d_model=16, num_heads=2,
+                              rngs=nnx.Rngs(0))
+    assert bool(required) == bool(jax.tree.leaves(nnx.state(standalone, nnx.Param)))
+    for path, g in required:
+        assert float(jnp.max(jnp.abs(g))) > 0, f"no gradient reaches {path}"
     pe_instance = model.pe if SCHEMES[name].shared_across_layers else None
     if pe_instance is not None and DECODER_SELF in type(pe_instance).acts_in:
         q = jnp.zeros((3, 5, 2, 8))
