@@ -55,6 +55,16 @@ def test_keeps_latest_k_and_the_best(tmp_path):
     checkpointer.close()
 
 
+def test_a_step_saved_between_evaluations_is_kept_without_a_warning(tmp_path, caplog):
+    checkpointer = Checkpointer(tmp_path / "ckpt", keep=2, best_metric="eval/sequence_accuracy")
+    _save(checkpointer, 1, 0.5)
+    _save(checkpointer, 2)  # no metrics: a step between evaluations, or a preemption's
+    checkpointer.wait()
+    assert checkpointer.steps() == [1, 2] and checkpointer.best_step() == 1
+    assert not [r for r in caplog.records if "metrics" in r.getMessage()]
+    checkpointer.close()
+
+
 def test_best_by_minimum_for_losses(tmp_path):
     checkpointer = Checkpointer(tmp_path / "ckpt", keep=1, best_metric="eval/loss",
                                 best_mode="min")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import gc
+import logging
 import os
 import shutil
 import sys
@@ -32,6 +33,18 @@ from pe_research.runs.run_dir import CORRUPT_DIR, RunDir
 # Orbax's message when a checkpoint is readable but its tree differs from the restore target.
 STRUCTURE_MISMATCH = "tree structures do not match"
 DEBUG_ENV = "PE_RESEARCH_DEBUG"
+
+
+class SavedWithoutMetrics(logging.Filter):
+    """Drops Orbax's warning that a step was saved without metrics while a best one is tracked:
+    steps between evaluations (and a preemption's) are saved so on purpose, kept as latest and
+    never ranked best."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "did not provide metrics" not in record.getMessage()
+
+
+SAVED_WITHOUT_METRICS = SavedWithoutMetrics()
 
 
 def debugging() -> bool:
@@ -138,6 +151,7 @@ class Checkpointer:
             enable_async_checkpointing=async_save, cleanup_tmp_directories=not read_only,
             create=not read_only)  # read-only is enforced in save(), without Orbax's warnings
         self.manager = ocp.CheckpointManager(self.directory, options=options)
+        logging.getLogger("absl").addFilter(SAVED_WITHOUT_METRICS)  # added once
 
     def steps(self) -> list[int]:
         """Finalized steps on disk, oldest first (in-progress temporary directories excluded)."""
