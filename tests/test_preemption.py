@@ -1,6 +1,7 @@
-"""Preemption loses nothing: SIGTERM or SIGUSR1 checkpoints the step reached and stops; the same
-command goes on from there and ends bit-identical to an uninterrupted run; a sweep under
-submitit's local executor requeues itself after its time-limit signal."""
+"""Preemption loses nothing: SIGTERM, SIGUSR1 or Ctrl-C checkpoints the step reached and stops;
+the same command goes on from there and ends bit-identical to an uninterrupted run; a second
+Ctrl-C stops at once; a sweep under submitit's local executor requeues itself after its
+time-limit signal."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from pe_research.runs.run_dir import RunDir
 from pe_research.runs.tracking import read_metrics
 from pe_research.training import periodic_eval
 from pe_research.training.loop import train
-from pe_research.training.preemption import EXIT_CODE, PreemptedError
+from pe_research.training.preemption import EXIT_CODE, INTERRUPTED_EXIT, PreemptedError
 
 RUN = {"train.steps": 24, "train.log_every": 4, "train.eval_every": 8,
        "train.checkpoint_every": 12, "train.steps_per_call": 2, "wandb.mode": "disabled"}
@@ -49,13 +50,15 @@ def uninterrupted(tmp_path_factory):
     return run_dir
 
 
-def signal_at_batch(monkeypatch, data_step: int, number: int) -> None:
-    """Send ``number`` to this process while the batch of ``data_step`` is made (mid-call)."""
+def signal_at_batch(monkeypatch, data_step: int, number: int, times: int = 1) -> None:
+    """Send ``number`` to this process ``times`` times while the batch of ``data_step`` is made
+    (mid-call)."""
     make = data.train_batch
 
     def batch(task, data_cfg, seed, step, *args):
         if step == data_step:
-            os.kill(os.getpid(), number)
+            for _ in range(times):
+                os.kill(os.getpid(), number)
         return make(task, data_cfg, seed, step, *args)
 
     monkeypatch.setattr(data, "train_batch", batch)
@@ -76,10 +79,12 @@ def signal_during_evaluation(monkeypatch, number: int) -> None:
     (5, signal.SIGTERM, 6),  # the second step of the call of steps 4-5: the call ends at 6
     (13, signal.SIGUSR1, 14),  # the time-limit warning, past a checkpoint and an evaluation
     ("evaluation", signal.SIGTERM, 10),  # during step 8's evaluation: the next call ends at 10
+    (5, signal.SIGINT, 6),  # Ctrl-C
 ])
 def test_a_preempted_run_goes_on_from_the_signalled_step_bit_for_bit(
         where, number, stops_at, uninterrupted, tmp_path, monkeypatch, capsys):
     run_dir = tmp_path / "run"
+    handler = signal.getsignal(number)
     with monkeypatch.context() as patch:
         if where == "evaluation":
             signal_during_evaluation(patch, number)
@@ -88,9 +93,11 @@ def test_a_preempted_run_goes_on_from_the_signalled_step_bit_for_bit(
         with pytest.raises(PreemptedError) as stopped:
             train(config(), run_dir)
     assert stopped.value.step == stops_at
-    assert str(stopped.value) == (f"preempted at step {stops_at} ({signal.Signals(number).name})"
-                                  "; rerun the same command to continue")
-    assert signal.getsignal(number) is signal.SIG_DFL  # the handlers are given back
+    stopped_by = "interrupted" if number == signal.SIGINT else "preempted"
+    assert str(stopped.value) == (f"{stopped_by} at step {stops_at} "
+                                  f"({signal.Signals(number).name}); rerun the same command to "
+                                  "continue")
+    assert signal.getsignal(number) is handler  # the handlers are given back
     capsys.readouterr()
     train(config(), run_dir)
     assert f"from step {stops_at} (of 24)" in capsys.readouterr().out  # 0 steps recomputed
@@ -99,27 +106,48 @@ def test_a_preempted_run_goes_on_from_the_signalled_step_bit_for_bit(
         np.testing.assert_array_equal(got, want)
 
 
+def test_a_second_ctrl_c_stops_at_once_and_gives_the_handler_back(tmp_path, monkeypatch):
+    handler = signal.getsignal(signal.SIGINT)
+    with monkeypatch.context() as patch:
+        signal_at_batch(patch, 5, signal.SIGINT, times=2)
+        with pytest.raises(KeyboardInterrupt):
+            train(config(), tmp_path / "run")
+    assert signal.getsignal(signal.SIGINT) is handler
+    assert not [p for p in RunDir(tmp_path / "run").checkpoints.iterdir() if p.name.isdigit()]
+
+
+# The command with Ctrl-C as a terminal delivers it, whether or not this process ignores SIGINT
+# (an ignored signal stays ignored across exec; a default one stays default).
+AS_FROM_A_TERMINAL = [sys.executable, "-c", "import os, signal, sys; "
+                      "signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                      "os.execv(sys.argv[1], sys.argv[1:])"]
+
+
 @pytest.mark.slow
-def test_the_cli_says_one_line_and_exits_with_its_own_code(tmp_path):
-    """A real SIGTERM from outside, as a batch system sends it."""
+@pytest.mark.parametrize(("number", "code", "stopped"), [
+    (signal.SIGTERM, EXIT_CODE, "preempted"),  # as a batch system sends it
+    (signal.SIGINT, INTERRUPTED_EXIT, "interrupted"),  # Ctrl-C in a terminal
+])
+def test_the_cli_says_one_line_and_exits_with_its_own_code(number, code, stopped, tmp_path):
+    """A real signal from outside."""
     run_dir = tmp_path / "run"
     overrides = tiny_overrides(**{**RUN, "train.steps": 20_000, "train.eval_every": 0,
                                   "train.checkpoint_every": 20_000, "train.log_every": 2})
-    process = subprocess.Popen([*cli_command(), "train", "--config", str(DEFAULT_CONFIG),
-                                "--workdir", str(run_dir), *overrides], cwd=REPO,
-                               env=subprocess_env(), stdout=subprocess.PIPE,
+    process = subprocess.Popen([*AS_FROM_A_TERMINAL, *cli_command(), "train", "--config",
+                                str(DEFAULT_CONFIG), "--workdir", str(run_dir), *overrides],
+                               cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     metrics = RunDir(run_dir).metrics
     wait_for(lambda: metrics.is_file() and len(metrics.read_text().splitlines()) > 5, 240)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(number)
     _, err = process.communicate(timeout=240)
-    assert process.returncode == EXIT_CODE
-    lines = [line for line in err.splitlines() if "preempted" in line]
-    assert len(lines) == 1 and lines[0].startswith("pe-research train: preempted at step ")
+    assert process.returncode == code
+    lines = [line for line in err.splitlines() if f"{stopped} at step" in line]
+    assert len(lines) == 1 and lines[0].startswith(f"pe-research train: {stopped} at step ")
     step = int(lines[0].split("at step ")[1].split(" ")[0])
     assert step in [int(p.name) for p in RunDir(run_dir).checkpoints.iterdir()
                     if p.name.isdigit()]
-    assert "Traceback" not in err
+    assert "Traceback" not in err and "absl" not in err
 
 
 @pytest.mark.slow

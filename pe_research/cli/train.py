@@ -7,13 +7,14 @@
         --config.model.pe.scaling.type=pi --config.model.pe.scaling.factor=2
 
 Rerunning the same command resumes from the newest good checkpoint. On SIGTERM or SIGUSR1 it
-checkpoints the step reached and exits with code 75: rerun to continue. `pe-research config show
-CONFIG [--config.KEY=VALUE ...]` prints the config that would train.
+checkpoints the step reached and exits with code 75, on Ctrl-C with 130: rerun to continue.
+`pe-research config show CONFIG [--config.KEY=VALUE ...]` prints the config that would train.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -31,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from pe_research import runtime
     from pe_research.config import load_config
     from pe_research.training.loop import train
-    from pe_research.training.preemption import EXIT_CODE, PreemptedError
+    from pe_research.training.preemption import EXIT_CODE, INTERRUPTED_EXIT, PreemptedError
     from pe_research.training.step_loop import DivergedError
 
     config = load_config(args.config, args.config_overrides)
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     except PreemptedError as error:
         print(f"pe-research train: {error}", file=sys.stderr)
-        return EXIT_CODE
+        return INTERRUPTED_EXIT if error.signal_number == signal.SIGINT else EXIT_CODE
     print(f"run directory:  {result.run_dir}")
     print(f"checkpoints:    {result.checkpoint_dir}")
     print(f"W&B run:        {result.wandb_run or 'disabled'}")

@@ -184,7 +184,8 @@ class StepLoop:
 
     def run(self, params: Any, opt_state: Any, start: int) -> tuple[Any, Any]:
         """Train from step ``start`` to ``train.steps``; the final ``(params, opt_state)``.
-        On SIGTERM or SIGUSR1 the step reached is checkpointed and ``PreemptedError`` raised."""
+        On SIGTERM, SIGUSR1 or Ctrl-C the step reached is checkpointed and ``PreemptedError``
+        raised."""
         with preemption.watch() as flag:
             return self._run(params, opt_state, start, flag)
 
