@@ -74,6 +74,15 @@ def signal_during_evaluation(monkeypatch, number: int) -> None:
     monkeypatch.setattr(periodic_eval.PeriodicEvaluator, "__call__", call)
 
 
+@pytest.fixture
+def ctrl_c():
+    """Ctrl-C delivered as from a terminal for the test, even where pytest was started ignoring
+    SIGINT (a background job of a shell)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("where", "number", "stops_at"), [
     (5, signal.SIGTERM, 6),  # the second step of the call of steps 4-5: the call ends at 6
@@ -82,7 +91,7 @@ def signal_during_evaluation(monkeypatch, number: int) -> None:
     (5, signal.SIGINT, 6),  # Ctrl-C
 ])
 def test_a_preempted_run_goes_on_from_the_signalled_step_bit_for_bit(
-        where, number, stops_at, uninterrupted, tmp_path, monkeypatch, capsys):
+        where, number, stops_at, uninterrupted, tmp_path, monkeypatch, capsys, ctrl_c):
     run_dir = tmp_path / "run"
     handler = signal.getsignal(number)
     with monkeypatch.context() as patch:
@@ -106,7 +115,8 @@ def test_a_preempted_run_goes_on_from_the_signalled_step_bit_for_bit(
         np.testing.assert_array_equal(got, want)
 
 
-def test_a_second_ctrl_c_stops_at_once_and_gives_the_handler_back(tmp_path, monkeypatch):
+def test_a_second_ctrl_c_stops_at_once_and_gives_the_handler_back(tmp_path, monkeypatch,
+                                                                  ctrl_c):
     handler = signal.getsignal(signal.SIGINT)
     with monkeypatch.context() as patch:
         signal_at_batch(patch, 5, signal.SIGINT, times=2)
