@@ -285,6 +285,7 @@ class TrainedRun:
 
     run_dir: Path
     stdout: str
+    stderr: str  # the progress bars
 
 
 @pytest.fixture(scope="session")
@@ -297,13 +298,15 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Tra
     """
     root = session_root(tmp_path_factory, worker_id)
     run_dir, output = root / "trained_tiny_run", root / "trained_tiny_run.stdout"
+    errors = output.with_suffix(".stderr")
     with FileLock(str(root / "trained_tiny_run.lock")):
         if not output.exists():
             env = subprocess_env()
             env.pop("WANDB_MODE", None)
             result = run_train(run_dir, tiny_overrides(**{"wandb.mode": "offline"}), env=env)
+            errors.write_text(result.stderr)
             output.write_text(result.stdout)
-    return TrainedRun(run_dir=run_dir, stdout=output.read_text())
+    return TrainedRun(run_dir=run_dir, stdout=output.read_text(), stderr=errors.read_text())
 
 
 # Fixtures that train a run (checked complete by tests/test_test_markers.py).

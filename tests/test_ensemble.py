@@ -93,8 +93,11 @@ def test_members_of_tasks_with_different_vocabularies_equal_independent_runs(tmp
     configs = [config(seed, task) for seed, task in enumerate(TASKS)]
     members = [tmp_path / task for task in TASKS]
     result = train_ensemble(configs, members)
-    assert ("3 tasks (vocabularies padded to 13), 1 on plain positions"
-            in capsys.readouterr().out)
+    console = capsys.readouterr()
+    assert "3 tasks (vocabularies padded to 13), 1 on plain positions" in console.out
+    # the bar names the member being evaluated, at each of the two evaluations
+    bar = console.err.replace("\r", "\n")
+    assert [bar.count(f"train: evaluating member {k}/3:") for k in (1, 2, 3)] == [2, 2, 2]
     assert result.compilations <= 2 and not result.diverged
     for seed, (task, member) in enumerate(zip(TASKS, members, strict=True)):
         single = tmp_path / f"single_{task}"

@@ -92,6 +92,13 @@ def test_train_command_end_to_end(trained_run):
     assert f"W&B run:        {wandb_runs[0].parent}" in trained_run.stdout
     assert f"checkpoints:    {run_dir / 'checkpoints'}" in trained_run.stdout
 
+    # The bar says when it stands still for an evaluation (at steps 20 and 40), then goes on.
+    bar = [line for line in trained_run.stderr.replace("\r", "\n").splitlines()
+           if "step" in line and "|" in line]
+    evaluating = [line for line in bar if line.startswith("train: evaluating:")]
+    assert [line.split("|")[2].split()[0] for line in evaluating] == ["20/40", "40/40"]
+    assert bar[-1].startswith("train: 100%|"), bar[-3:]
+
 
 def test_bad_config_fails_before_compiling(tmp_path):
     run_dir = tmp_path / "run"

@@ -244,7 +244,12 @@ class StepLoop:
         if save_due:
             finite = (to_host(self.stacked_finite((params, opt_state))).reshape(-1)
                       if self.stacked else [bool(to_host(all_finite((params, opt_state))))])
-        for k, member in self.live():
+        live = self.live()
+        for index, (k, member) in enumerate(live):
+            if eval_due:  # evaluation takes seconds (a compile at first): the bar says so
+                progress.set_description_str(
+                    "train: evaluating" + (f" member {index + 1}/{len(live)}"
+                                           if len(live) > 1 else ""), refresh=True)
             record: dict[str, float] = {}
             if log_due:
                 record = member.train_record(step, self.steps_per_second,
@@ -259,6 +264,8 @@ class StepLoop:
                                             self.member_state(opt_state, k), bool(finite[k]),
                                             eval_metrics, self.steps.compilations):
                 self.stop(member)
+        if eval_due:
+            progress.set_description_str("train", refresh=False)
         if log_due and self.live():
             records = [m.record for _, m in self.live() if "train/loss" in m.record]
             if records:
