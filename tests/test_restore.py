@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 
 import jax
 import numpy as np
@@ -73,6 +74,23 @@ def test_eval_and_analyze_fall_back_to_the_previous_step(corrupt_run, capsys, mo
     assert main(["eval", str(corrupt_run), "--step", "40", "--lengths", "4"]) == 2
     error = capsys.readouterr().err.strip()
     assert "checkpoint step 40" in error and "unreadable" in error and "\n" not in error
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("corrupt_run", ["garble"], indirect=True)
+def test_a_real_process_prints_one_line_for_the_unreadable_step(corrupt_run):
+    """Outside pytest (whose hook would catch them) the reads Orbax abandons once one failed
+    reach Python's own hook: about 30 tracebacks, some after the restore, on other threads."""
+    from conftest import cli_command, subprocess_env
+
+    result = subprocess.run([*cli_command(), "eval", str(corrupt_run), "--lengths", "4"],
+                            capture_output=True, text=True, timeout=240,
+                            env=subprocess_env(WANDB_MODE="disabled"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    one_fallback_line(result.stderr)
+    assert [line for line in result.stderr.splitlines() if line.strip()
+            and not line.startswith("eval")] == [line for line in result.stderr.splitlines()
+                                                 if FALLBACK.fullmatch(line)]
 
 
 def test_grid_point_runs_are_its_seed_directories_or_the_run_itself(tmp_path):
