@@ -9,15 +9,17 @@
 For one grid point of a sweep file (the first, or ``--point``): the ensemble train step at each
 member count M, timed over
 ``--steps`` steps after warm-up, and the host's time to draw the M members' batches for a step;
-model-steps/s is M over their sum, as the training loop runs them one after the other; and one
-evaluation of one member at the point's eval lengths, compilation included (an untrained model
-decodes to the longest length, so this bounds a trained model's time from above). Members
+model-steps/s is M over their sum, as the training loop runs them one after the other; and the
+evaluation at the point's eval lengths, compilation included, of one member and of the point's
+members together (an untrained model decodes to the longest length, so this bounds a trained
+model's time from above). Members
 differ in seed (``--stack seeds``: one grid point's members, as ``pe-research sweep`` stacks
 them by default), or are drawn in turn from every grid point that stacks with the measured one
 (``--stack points``: tasks of several vocabularies, as ``--members-per-program`` stacks them).
 
 Projected for the whole sweep on this device, taking every grid point to cost what the measured
-one does, training (``train.steps`` per run) and evaluation (runs x one evaluation). Training
+one does, training (``train.steps`` per run) and evaluation (one program per run: runs x one
+member's; grouped: grid points x its members' together, as the sweep's report runs it). Training
 counts the step and its batches: evaluations during training, checkpoints and each length
 bucket's compile come on top, so the projection is a lower bound
 (benchmarks/RESULTS.md compares one with a sweep's measured time):
@@ -38,6 +40,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -49,9 +52,10 @@ from pe_research.config import collect_overrides, from_mapping
 from pe_research.config.stacking import program_key
 from pe_research.config.validate import steps_per_call
 from pe_research.core.errors import UsageError
-from pe_research.evaluation.range_eval import RangeEvaluator, default_lengths
+from pe_research.evaluation.range_eval import default_lengths, evaluate_members
 from pe_research.model import build_model
-from pe_research.runtime import data_mesh
+from pe_research.runs.restore import LoadedRun
+from pe_research.runtime import data_mesh, replicated
 from pe_research.sweeps.grouping import group_points
 from pe_research.sweeps.spec import Point, SweepPlan, load_sweep
 from pe_research.tasks import get_task
@@ -122,16 +126,20 @@ def data_seconds(configs: Sequence[Any], steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
-def eval_seconds(config) -> float:
-    """Wall seconds of one untrained member's evaluation at its eval lengths, compile included."""
-    task = get_task(config.task.to_dict(), config.data.to_dict())
-    graphdef, params, rest = nnx.split(build_model(config, task.vocabulary.size), nnx.Param, ...)
-    lengths = default_lengths(config)
-    with tempfile.TemporaryDirectory(prefix="sweep_throughput_") as cache:
-        dataset = data.eval_dataset(task, lengths, config.data.eval_samples, config.seed, cache)
-        evaluator = RangeEvaluator(config, graphdef, rest, data_mesh())
+def eval_seconds(configs: Sequence[Any]) -> float:
+    """Wall seconds of the evaluation of untrained members ``configs`` at their eval lengths,
+    together as the sweep's report evaluates a grid point's members, compile included."""
+    mesh = data_mesh()
+    with tempfile.TemporaryDirectory(prefix="sweep_throughput_") as root:
+        runs = []
+        for k, config in enumerate(configs):
+            task = get_task(config.task.to_dict(), config.data.to_dict())
+            graphdef, params, rest = nnx.split(build_model(config, task.vocabulary.size),
+                                               nnx.Param, ...)
+            runs.append(LoadedRun(Path(root) / f"member_{k}", config, task, 0, graphdef,
+                                  jax.device_put(params, replicated(mesh)), rest, mesh))
         start = time.perf_counter()
-        evaluator(params, dataset, lengths, config.eval.batch_size, config.data.buckets)
+        evaluate_members(runs)
         return time.perf_counter() - start
 
 
@@ -179,12 +187,18 @@ def main() -> None:
         memory = memory_gb(device)
         print(f"| {members} | {step_s * 1e3:.2f} | {batches_s * 1e3:.2f} | {rate[members]:,.1f} | "
               f"{compile_s:.1f} | {'-' if memory is None else f'{memory:.2f}'} |", flush=True)
-    evaluation = eval_seconds(config)
-    print(f"one member's evaluation at {len(default_lengths(config))} lengths: "
-          f"{evaluation:.1f} s (untrained, compile included)")
+    alone = eval_seconds([config])
+    together = alone if grouped == 1 else eval_seconds(
+        [from_mapping(copy.deepcopy(member.config)) for member in point.members])
+    print(f"evaluation at {len(default_lengths(config))} lengths (untrained, compile included): "
+          f"one member {alone:.1f} s" + ("" if grouped == 1 else
+                                         f"; the grid point's {grouped} members together, as "
+                                         f"the sweep's report evaluates them, {together:.1f} s"))
 
     model_steps = plan.runs * train_steps
-    eval_total = plan.runs * evaluation
+    # One program per run is evaluated run by run; a sweep's report evaluates each grid
+    # point's members together, however its training was grouped.
+    per_run, per_point = plan.runs * alone, len(plan.points) * together
     best = max(rate, key=rate.get)
     print(f"\nprojected for the whole sweep ({model_steps:,} model-steps), hours on this device "
           "(training: steps and their batches, a lower bound):")
@@ -192,16 +206,16 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|")
     everything = [p.index for p in plan.points]
     stacked = group_points(plan.points, everything, best)
-    for label, programs, training in (
-            ("one program per run", plan.runs, model_steps / rate[1]),
+    for label, programs, training, evaluation in (
+            ("one program per run", plan.runs, model_steps / rate[1], per_run),
             ("one per grid point (pe-research sweep)", len(plan.points),
-             model_steps / rate[grouped]),
+             model_steps / rate[grouped], per_point),
             (f"--members-per-program {best}", len(stacked),
              sum(train_steps * size / nearest_rate(rate, size)
                  for size in (sum(len(plan.points[i].members) for i in group)
-                              for group in stacked)))):
-        print(f"| {label} | {programs:,} | {hours(training)} | {hours(eval_total)} | "
-              f"{hours(training + eval_total)} |")
+                              for group in stacked)), per_point)):
+        print(f"| {label} | {programs:,} | {hours(training)} | {hours(evaluation)} | "
+              f"{hours(training + evaluation)} |")
 
 
 def nearest_rate(rate: dict[int, float], members: int) -> float:
