@@ -117,3 +117,27 @@ def test_debug_environment_variable(tmp_path, monkeypatch):
 ])
 def test_os_errors_name_the_path_and_the_fix(code, expected):
     assert describe_os_error(OSError(code, os.strerror(code), "/d/x")).startswith(expected)
+
+
+def test_the_packages_own_warnings_are_one_line_and_others_go_on_as_before(tmp_path, capsys,
+                                                                           monkeypatch):
+    """W&B missing (a warning of pe_research.runs.tracking) is one ``warning:`` line; a warning
+    of another module reaches the handler in place before (here pytest's record)."""
+    import sys
+    import warnings
+
+    from pe_research.cli.app import own_warnings_on_one_line
+    from pe_research.runs.tracking import make_writer
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` fails: a warning
+    with pytest.warns(UserWarning) as caught:
+        with own_warnings_on_one_line():
+            make_writer({"mode": "offline", "project": "p", "entity": "", "group": "",
+                         "tags": (), "name": ""}, tmp_path).finish()
+            warnings.warn("a warning of another module", UserWarning, stacklevel=1)
+        warnings.warn("after the command", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ["a warning of another module",
+                                                "after the command"]
+    err = capsys.readouterr().err
+    assert err.startswith("warning: W&B disabled for this run (ModuleNotFoundError") and \
+        err.count("\n") == 1, err
