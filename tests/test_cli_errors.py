@@ -126,7 +126,7 @@ def test_the_packages_own_warnings_are_one_line_and_others_go_on_as_before(tmp_p
     import sys
     import warnings
 
-    from pe_research.cli.app import own_warnings_on_one_line
+    from pe_research.core.console import own_warnings_on_one_line
     from pe_research.runs.tracking import make_writer
 
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` fails: a warning

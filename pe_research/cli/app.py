@@ -15,20 +15,17 @@ printed as one line naming the problem and the fix, with exit code 2; ``--debug`
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
 import importlib
 import os
 import re
 import sys
 import textwrap
-import warnings
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from types import ModuleType
-from typing import TextIO
 
 from pe_research.core.arguments import OVERRIDE_HELP, collect_overrides
+from pe_research.core.console import own_warnings_on_one_line
 from pe_research.core.errors import ConfigError, UsageError
 
 DEBUG_ENV = "PE_RESEARCH_DEBUG"
@@ -121,31 +118,6 @@ def describe_os_error(error: OSError) -> str:
 
 def debug_wanted(argv: Sequence[str]) -> bool:
     return "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0", "false")
-
-
-def one_line_warning(message: Warning | str, category: type[Warning], filename: str,
-                     lineno: int, file: TextIO | None = None, line: str | None = None) -> None:
-    """``warnings.showwarning`` for this package's own warnings: ``warning: <message>`` on one
-    line, as the other warnings a command prints, not Python's file, line and source line."""
-    print(f"warning: {message}", file=file or sys.stderr, flush=True)
-
-
-@contextlib.contextmanager
-def own_warnings_on_one_line() -> Iterator[None]:
-    """While a command runs, warnings raised from ``pe_research`` show as ``one_line_warning``;
-    other packages' keep Python's format."""
-    previous = warnings.showwarning
-    package = str(Path(__file__).resolve().parents[1]) + os.sep
-
-    def show(message, category, filename, lineno, file=None, line=None):
-        shown = one_line_warning if str(filename).startswith(package) else previous
-        shown(message, category, filename, lineno, file, line)
-
-    warnings.showwarning = show
-    try:
-        yield
-    finally:
-        warnings.showwarning = previous
 
 
 def main(argv: Sequence[str] | None = None) -> int:

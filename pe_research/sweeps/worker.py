@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pe_research.core.console import own_warnings_on_one_line
 from pe_research.sweeps.state import SweepDir, last_step
 
 PREEMPTED_EXIT = 75  # as training.preemption.EXIT_CODE, without importing JAX here
@@ -106,7 +107,8 @@ class PointJob:
     from their checkpoints."""
 
     def __call__(self, sweep_dir: str, index: int | list[int]) -> dict[str, Any]:
-        return run_point(sweep_dir, index)
+        with own_warnings_on_one_line():
+            return run_point(sweep_dir, index)
 
     def checkpoint(self, sweep_dir: str, index: int | list[int]) -> Any:
         import submitit
@@ -116,7 +118,8 @@ class PointJob:
 
 def main(argv: list[str]) -> int:
     sweep_dir, indices = argv
-    outcome = run_point(sweep_dir, [int(i) for i in indices.split(",")])
+    with own_warnings_on_one_line():  # the program's log reads as a command's console
+        outcome = run_point(sweep_dir, [int(i) for i in indices.split(",")])
     states = {result["state"] for result in outcome.values()}
     return PREEMPTED_EXIT if "preempted" in states else 1 if "failed" in states else 0
 
