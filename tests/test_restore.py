@@ -192,3 +192,15 @@ def test_a_clean_restore_collects_no_garbage_and_a_fallback_does(trained_run_dir
         victim.unlink()
     assert load_run(run_dir, "latest").step == 20
     assert len(collections) == 1
+
+
+def test_a_run_without_checkpoints_is_one_line_naming_the_fix(trained_run_dir, tmp_path,
+                                                               capsys):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    shutil.copy(RunDir(trained_run_dir).config, run_dir / "config.json")
+    assert main(["eval", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("pe-research eval: config error: --step=")
+    assert f"no checkpoints in {run_dir / 'checkpoints'}; train the run until its first " \
+           "checkpoint (train.checkpoint_every), or give a run that has one" in err

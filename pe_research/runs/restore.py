@@ -98,7 +98,9 @@ def candidate_steps(checkpointer: Checkpointer, checkpoint: str | int, key: str 
     errors name ``key``, the option that asked."""
     steps = checkpointer.steps()
     if not steps:
-        raise ConfigError(key, checkpoint, f"no checkpoints in {checkpointer.directory}")
+        raise ConfigError(key, checkpoint, f"no checkpoints in {checkpointer.directory}; "
+                          "train the run until its first checkpoint "
+                          "(train.checkpoint_every), or give a run that has one")
     if str(checkpoint).isdigit():
         if int(checkpoint) not in steps:
             raise ConfigError(key, checkpoint,
