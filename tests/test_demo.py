@@ -17,6 +17,7 @@ def test_demo_ends_with_a_sentence_computed_from_its_curves(tmp_path):
     result = run_script_here("experiments/demo.py", "--root", str(root), "--jobs", "2", "--",
                              *overrides)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert f"sweep {root}: 4 grid points x 1 member = 4 runs; " in result.stdout
     in_dist = {}
     for scheme in ("none", "alibi", "rope", "sinusoidal"):
         rows = read_results(root / f"pe.type={scheme}" / "seed_0" / "eval" / "eval.json")["rows"]

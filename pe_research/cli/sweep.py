@@ -167,7 +167,8 @@ def _run_locked(args: argparse.Namespace, plan, settings: dict, sweep_dir: Sweep
     names = {p.index: p.name for p in plan.points}
     members = len(plan.points[0].members)
     programs = f" in {len(groups)} programs of up to {cap} members" if cap else ""
-    print(f"sweep {sweep_dir.root}: {len(plan.points)} grid points x {members} members "
+    print(f"sweep {sweep_dir.root}: {len(plan.points)} grid points x {members} "
+          f"member{'s' if members > 1 else ''} "
           f"= {plan.runs} runs; {len(indices)} grid points to run{programs} ({args.executor}, "
           f"{args.jobs} at a time)", flush=True)
     if indices:

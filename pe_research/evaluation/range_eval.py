@@ -294,8 +294,8 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
         [jax.random.key_data(eval_position_key(run.config.seed)) for run in runs]))
     start = time.perf_counter()
     rows: list[list[LengthResult]] = [[] for _ in runs]
-    bar = tqdm(lengths, desc=f"eval {len(runs)} members", unit="length",
-               delay=PROGRESS_DELAY_S, leave=False, dynamic_ncols=True)
+    bar = tqdm(lengths, desc="eval" if len(runs) == 1 else f"eval {len(runs)} members",
+               unit="length", delay=PROGRESS_DELAY_S, leave=False, dynamic_ncols=True)
     for length in bar:
         # the rows of one member's batch that fit its share of the memory budget
         batch_rows = planner.rows_for(runs[0].params, next(data.eval_batches(
