@@ -117,6 +117,8 @@ def test_changing_the_task_rebuilds_its_block():
     (["data.buckets=32,16"], "data.buckets=(32, 16) is invalid: a non-empty, strictly increasing"),
     (["train.schedule=linear"], "train.schedule='linear' is invalid: choose one of"),
     (["train.learning_rate=0"], "train.learning_rate=0.0 is invalid: must be > 0"),
+    (["train.learning_rate=1e39"], "train.learning_rate=1e+39 is invalid: must be > 0 and at "
+                                   "most 3.403e+38 (float32's largest)"),
     (["train.best_metric=eval/bleu"], "train.best_metric='eval/bleu' is invalid: choose one of"),
     (["wandb.mode=cloud"], "wandb.mode='cloud' is invalid: choose one of"),
     (["model.d_model=30"], "model.d_model=30 is invalid: must be divisible by model.num_heads"),

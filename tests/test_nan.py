@@ -46,13 +46,14 @@ def test_huge_learning_rate_stops_before_checkpointing_nan(tmp_path):
 
 @pytest.mark.slow
 def test_a_diverged_run_goes_on_from_its_last_good_step_with_a_smaller_learning_rate(tmp_path):
-    """Train 10 good steps, diverge on resume (lr = inf), then go on with the advice given."""
+    """Train 10 good steps, diverge on resume (lr = 3.4e38: the largest float32 takes), then
+    go on with the advice given."""
     run_dir = tmp_path / "run"
     good = tiny_overrides(**{"train.steps": 10, "train.checkpoint_every": 5,
                              "train.eval_every": 0, "wandb.mode": "disabled"})
     train_here(run_dir, good)
     longer = [*good, "--config.train.steps=20"]
-    result = train_here(run_dir, [*longer, "--config.train.learning_rate=1e39"], check=False)
+    result = train_here(run_dir, [*longer, "--config.train.learning_rate=3.4e38"], check=False)
     assert result.returncode == 1
     assert "the last good checkpoint is step 10" in result.stderr
     assert "goes on from it" in result.stderr
@@ -60,12 +61,12 @@ def test_a_diverged_run_goes_on_from_its_last_good_step_with_a_smaller_learning_
     output = train_here(run_dir, [*longer, "--config.train.learning_rate=1e-3"]).stdout
     lines = output.splitlines()
     assert f"resuming {run_dir} from step 10 (of 20)" in lines
-    assert "train.learning_rate changed from 1e+39 to 0.001 at step 10 (recorded in " \
+    assert "train.learning_rate changed from 3.4e+38 to 0.001 at step 10 (recorded in " \
         "config.json)" in lines
     history = RunDir(run_dir).config_history()
     assert [(h["step"], h["changed"]) for h in history] == [
-        (10, {"train.learning_rate": [3e-3, 1e39], "train.steps": [10, 20]}),
-        (10, {"train.learning_rate": [1e39, 1e-3]})]
+        (10, {"train.learning_rate": [3e-3, 3.4e38], "train.steps": [10, 20]}),
+        (10, {"train.learning_rate": [3.4e38, 1e-3]})]
     assert RunDir(run_dir).read_config()["train"]["learning_rate"] == 1e-3
     restored = load_run(run_dir, "latest")
     assert restored.step == 20
@@ -74,13 +75,14 @@ def test_a_diverged_run_goes_on_from_its_last_good_step_with_a_smaller_learning_
 
 
 @pytest.mark.slow
-def test_infinite_learning_rate_never_saves_non_finite_state(tmp_path):
-    """lr = 1e39 (inf in float32): step 1's loss and gradients are finite, its update is not."""
+def test_an_update_that_overflows_never_saves_non_finite_state(tmp_path):
+    """lr = 3.4e38 with weight decay 1: step 1's loss and gradients are finite, its update
+    overflows float32 (lr x (1 + p) for a parameter p of the gradient's sign)."""
     run_dir = tmp_path / "run"
     overrides = tiny_overrides(**{
-        "train.learning_rate": 1e39, "train.warmup_steps": 0, "train.clip_norm": 0.0,
-        "train.steps": 4, "train.checkpoint_every": 1, "train.eval_every": 0,
-        "wandb.mode": "disabled"})
+        "train.learning_rate": 3.4e38, "train.weight_decay": 1.0, "train.warmup_steps": 0,
+        "train.clip_norm": 0.0, "train.steps": 4, "train.checkpoint_every": 1,
+        "train.eval_every": 0, "wandb.mode": "disabled"})
     result = train_here(run_dir, overrides, check=False)
 
     assert result.returncode == 1, result.stderr[-2000:]

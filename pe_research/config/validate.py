@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ml_collections
+import numpy as np
 
 from pe_research.config.schema import (
     BLOCK_DEFAULTS,
@@ -32,6 +33,7 @@ from pe_research.tasks import Task, get_task
 # A chunk's metrics reach the host only after its last step, and the progress bar moves in
 # chunks: 10 keeps both prompt while taking most of the gain.
 STEPS_PER_CALL_LIMIT = 10
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 STEPS_PER_CALL = "train.steps_per_call"
 
 
@@ -134,8 +136,9 @@ def _check_train(train: Mapping[str, Any]) -> None:
         _at_least(f"train.{key}", train[key], 1)
     for key in ("warmup_steps", "eval_every", "weight_decay", "clip_norm", "steps_per_call"):
         _at_least(f"train.{key}", train[key], 0)
-    if not train["learning_rate"] > 0:
-        raise ConfigError("train.learning_rate", train["learning_rate"], "must be > 0")
+    if not 0 < train["learning_rate"] <= FLOAT32_MAX:  # the optimizer computes in float32
+        raise ConfigError("train.learning_rate", train["learning_rate"],
+                          f"must be > 0 and at most {FLOAT32_MAX:.4g} (float32's largest)")
     check_choice("train.schedule", train["schedule"], SCHEDULES)
     _positive_ints("train.eval_lengths", tuple(train["eval_lengths"]))
     check_checkpoint_choice("train.init_checkpoint", train["init_checkpoint"])
