@@ -30,6 +30,8 @@ def test_uniform_mean_is_the_written_out_mean_over_every_length():
 
 def test_averaging_text_names_a_sparse_grid():
     assert averaging_text([41, 42, 43]) == "uniform over every length 41-43"
+    assert averaging_text([12]) == "at length 12"
+    assert averaging_text([]) == "no evaluated lengths"
     assert averaging_text([10, 12, 16]).startswith(
         "mean over the 3 evaluated lengths 10, 12, 16 (a sparse grid;")
 

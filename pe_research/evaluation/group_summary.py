@@ -68,6 +68,8 @@ def averaging_text(lengths: Sequence[int]) -> str:
     """How a mean over ``lengths`` weighs them: uniform over a dense grid, or a sparse grid."""
     if not len(lengths):
         return "no evaluated lengths"
+    if len(lengths) == 1:
+        return f"at length {int(lengths[0])}"
     if is_dense(lengths):
         return f"uniform over every length {lengths_text(lengths)}"
     return (f"mean over the {len(lengths)} evaluated lengths {lengths_text(lengths)} (a sparse "
