@@ -109,3 +109,7 @@ def test_the_heatmap_title_names_the_metric_the_test_and_the_training_lengths():
     assert title.endswith("mean over the test lengths 11-30; 12-30 (trained on 1-10); best of "
                           "the seeds")
     assert title.startswith(get_metric("output_token_accuracy").label)
+    one = heatmap_title(get_metric("output_token_accuracy"), ["12"], ["1-8"])
+    assert one.endswith(", at test length 12 (trained on 1-8); best of the seeds")
+    assert heatmap_title(get_metric("output_token_accuracy"), ["12, 16"], ["1-8"]).endswith(
+        ", mean over the test lengths 12, 16 (trained on 1-8); best of the seeds")

@@ -180,8 +180,9 @@ def _marked(verdict: str) -> str:
 
 def heatmap_title(definition, test_grids: Sequence[str], trained: Sequence[str]) -> str:
     """What the heatmap's cells are: metric, test lengths, training lengths, best seed."""
-    return (f"{definition.label}, mean over the test lengths {'; '.join(test_grids)} "
-            f"(trained on {'; '.join(trained)}); best of the seeds")
+    over = (f"at test length {test_grids[0]}" if len(test_grids) == 1
+            and test_grids[0].isdigit() else f"mean over the test lengths {'; '.join(test_grids)}")
+    return f"{definition.label}, {over} (trained on {'; '.join(trained)}); best of the seeds"
 
 
 def plot_heatmap(cells, tasks: list[str], columns: list[str], title: str, definition,
