@@ -67,6 +67,13 @@ def test_cells_are_max_and_mean_over_seeds_of_the_test_lengths(tmp_path):
     assert paths["png"].stat().st_size > 0
 
 
+def test_one_test_length_is_named_as_such(tmp_path):
+    runs = [fake_run(tmp_path, f"a{seed}", "reverse_string", "rope", 0, [value], (6,))
+            for seed, value in enumerate((0.5, 0.7))]
+    paths = write_paper_table(runs, tmp_path / "out")
+    assert "Averaging over lengths: none, one test length (6)." in paths["markdown"].read_text()
+
+
 def test_chomsky_classes():
     assert [chomsky_class(t) for t in ("parity_check", "reverse_string", "duplicate_string",
                                        "copy")] == ["R", "DCF", "CS", "other"]

@@ -129,7 +129,9 @@ def write_paper_table(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
     averaging = (f"the mean over the evaluated test lengths, a sparse grid ({'; '.join(grids)}), "
                  "not the papers' uniform average over every test length; 'uniform' gives that "
                  "average interpolated linearly between evaluated lengths" if sparse else
-                 f"uniform over every test length ({'; '.join(grids)}), as the papers average")
+                 f"none, one test length ({'; '.join(grids)})" if all(map(str.isdigit, grids))
+                 else f"uniform over every test length ({'; '.join(grids)}), as the papers "
+                 "average")
     lines = [f"# {definition.label}, averaged over the test lengths (beyond training)", "",
              f"Each cell: the best seed ({best} over seeds), then mean ± std over seeds "
              "(std ddof=1) and the number of seeds"
