@@ -127,6 +127,19 @@ def cache_note() -> str:
     return f", {cache_hits()} loaded from the compilation cache" if cache_hits() else ""
 
 
+def cache_line() -> str | None:
+    """``"compilation cache: 8 programs ... loaded instead of compiled"``; None when none was.
+
+    Counts every program of the process (a run's evaluations too), so it is a line of its own
+    rather than a note on the train step's compilations."""
+    hits = cache_hits()
+    if not hits:
+        return None
+    noun = "program" if hits == 1 else "programs"
+    return (f"compilation cache: {hits} {noun} of this process (training's and evaluation's) "
+            f"loaded instead of compiled")
+
+
 def initialize_distributed(enabled: bool) -> None:
     """``jax.distributed.initialize()`` (cluster auto-detection) when asked for, once.
 

@@ -47,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"run directory:  {result.run_dir}")
     print(f"checkpoints:    {result.checkpoint_dir}")
     print(f"W&B run:        {result.wandb_run or 'disabled'}")
-    print(f"train step compilations: {result.compilations}{runtime.cache_note()}; "
+    print(f"train step compilations: {result.compilations}; "
           f"{result.steps_per_second:.1f} steps/s in the last window")
+    if runtime.cache_line():
+        print(runtime.cache_line())
     return 0
