@@ -1,5 +1,5 @@
 """Ensembles: member k of a stacked run equals an independent run of its own config (seed,
-learning rate, task)."""
+learning rate, weight decay, task)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from pe_research.training.loop import train
 STEPS = 12
 SEEDS = (0, 1, 2, 3)
 RATES = (3e-3, 1e-3, 5e-3, 2e-3)
+DECAYS = (0.0, 0.1, 0.0, 0.3)  # lr x decay x p moves a parameter ~0.7 % in 12 steps
 # Mixed length sampling: members draw different lengths, so their batches are padded to the
 # widest member's bucket; randomized positions make the member's own keys matter too.
 OVERRIDES = tiny_overrides(**{
@@ -33,12 +34,15 @@ OVERRIDES = tiny_overrides(**{
 TASKS = ("reverse_string", "bucket_sort", "copy")
 
 
-def member_config(seed: int, learning_rate: float | None = None, task: str | None = None):
+def member_config(seed: int, learning_rate: float | None = None, task: str | None = None,
+                  weight_decay: float | None = None):
     config = load_config(DEFAULT_CONFIG, OVERRIDES if task is None else
                          [*OVERRIDES, f"--config.task.name={task}"])
     config.seed = seed
     if learning_rate is not None:
         config.train.learning_rate = learning_rate
+    if weight_decay is not None:
+        config.train.weight_decay = weight_decay
     return config
 
 
@@ -67,15 +71,16 @@ def assert_same_run(member, single) -> None:
 
 
 @pytest.mark.slow
-def test_members_with_their_own_rates_equal_independent_runs(tmp_path):
-    configs = [member_config(seed, rate) for seed, rate in zip(SEEDS, RATES, strict=True)]
+def test_members_with_their_own_rates_and_weight_decays_equal_independent_runs(tmp_path):
+    configs = [member_config(seed, rate, weight_decay=decay)
+               for seed, rate, decay in zip(SEEDS, RATES, DECAYS, strict=True)]
     members = [tmp_path / f"seed_{seed}" for seed in SEEDS]
     result = train_ensemble(configs, members)
     assert result.compilations <= 2  # two target buckets at most (lengths 1-8, buckets 8/16)
     assert not result.diverged
-    # The last member (its rate differs from the config's): its own seed, its own rate and its
-    # slice of the stacked state all have to line up with a run of its own.
-    train(member_config(SEEDS[-1], RATES[-1]), tmp_path / "single")
+    # The last member (its rate and decay differ from the program's, member 0's): its own seed,
+    # rate, decay and its slice of the stacked state all have to line up with a run of its own.
+    train(member_config(SEEDS[-1], RATES[-1], weight_decay=DECAYS[-1]), tmp_path / "single")
     assert_same_run(members[-1], tmp_path / "single")
     # Different seeds really give different members.
     assert not np.allclose(params_of(members[0])[0], params_of(members[1])[0])

@@ -16,9 +16,9 @@ from typing import Any
 
 from pe_research.config.files import flat_config
 
-STACKED_KEYS = ("seed", "train.learning_rate", "data.train_lengths", "data.eval_samples",
-                "train.eval_lengths", "eval.lengths", "wandb.name", "wandb.tags",
-                "model.pe.randomize.max_position")
+STACKED_KEYS = ("seed", "train.learning_rate", "train.weight_decay", "data.train_lengths",
+                "data.eval_samples", "train.eval_lengths", "eval.lengths", "wandb.name",
+                "wandb.tags", "model.pe.randomize.max_position")
 STACKED_PREFIXES = ("task.",)
 
 

@@ -1,4 +1,4 @@
-"""Ensembles: M members in one program, differing in seed, learning rate and task.
+"""Ensembles: M members in one program, differing in seed, learning rate, weight decay and task.
 
 Parameters and optimizer state carry a leading member axis, sharded over the mesh's ``members``
 axis; the train step is the single run's step under ``jax.vmap``. Member k draws its own data
@@ -9,8 +9,9 @@ each member draws its own length and all are padded to the largest member's buck
 masked, so a member's numbers do not change; dropout masks do depend on the padded width, so
 with dropout a member matches its single run in distribution, not bit for bit).
 
-Members may differ in what ``config/stacking.py`` lists: seed, peak learning rate, the task with
-its lengths, and plain against randomized positions. Tasks of different vocabularies share the
+Members may differ in what ``config/stacking.py`` lists: seed, peak learning rate and weight
+decay (traced scalars of the update), the task with its lengths, and plain against randomized
+positions. Tasks of different vocabularies share the
 program of the widest one: each member's state is padded to it and its loss taken over its own
 tokens (``padded_vocab.py``), so it still trains as its single run does (to rounding) and saves
 its own shapes. Plain members of a randomized program select plain positions from the same
@@ -67,6 +68,7 @@ from pe_research.training.loop import (
     prepare_run_dir,
     start_from_source,
 )
+from pe_research.training.optimizer import MEMBER_SETTINGS
 from pe_research.training.padded_vocab import crop_to, pad_to, shapes_of, widest
 from pe_research.training.periodic_eval import PeriodicEvaluator
 from pe_research.training.step import eval_function, make_steps
@@ -105,7 +107,7 @@ def check_members(configs: Sequence[ml_collections.ConfigDict]) -> None:
                   if stacked(key) and not key.startswith("wandb.")]) for c in configs]
     if len(set(runs)) != len(runs):
         raise ConfigError("seed", [int(c.seed) for c in configs], "members need distinct seeds "
-                          "(or learning rates, tasks or lengths)")
+                          "(or learning rates, weight decays, tasks or lengths)")
 
 
 def member_shapes(configs: Sequence[ml_collections.ConfigDict],
@@ -194,11 +196,12 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
     program = from_mapping(to_dict(configs[wide]))
     program.model.pe.randomize.max_position = max(ranges)
     graphdef, _, rest = nnx.split(build_model(program, vocab_sizes[wide]), nnx.Param, ...)
-    rates = [float(config.train.learning_rate) for config in configs]
+    settings = {key: [float(config.train[key]) for config in configs]
+                for key in MEMBER_SETTINGS}
     steps = make_steps(graphdef, rest, configs[wide].train, mesh,
                        [config.seed for config in configs],
-                       rates if len(set(rates)) > 1 else None, configs[wide].eval.query_block,
-                       ensemble=True,
+                       {key: values for key, values in settings.items() if len(set(values)) > 1},
+                       configs[wide].eval.query_block, ensemble=True,
                        vocab_sizes=vocab_sizes if len(set(vocab_sizes)) > 1 else None,
                        plain_positions=[r == 0 for r in ranges] if len(set(ranges)) > 1
                        else None)

@@ -8,6 +8,10 @@ from typing import Any
 import jax
 import optax
 
+# The optimizer settings members of one program may each have their own of: scalars the update
+# reads, passed to the stacked step as traced values (``training/step.py``).
+MEMBER_SETTINGS = ("learning_rate", "weight_decay")
+
 
 def learning_rate_schedule(train: Mapping[str, Any]) -> optax.Schedule:
     """Linear warm-up to ``learning_rate``, then constant or cosine decay to 0 at ``steps``.

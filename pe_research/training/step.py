@@ -10,8 +10,9 @@ trace. Randomness is explicit: the keys for dropout and randomized positions are
 * the jit: one program per batch shape, K steps per call (``train.steps_per_call``) as a
   ``lax.scan`` over K stacked batches (one step without the loop), bit for bit the K steps of
   K calls;
-* the keys (and an ensemble's learning rates) passed as arguments, not baked in as constants,
-  so runs that differ only in their seed build one program (one compilation-cache entry);
+* the keys (and an ensemble's learning rates and weight decays) passed as arguments, not baked
+  in as constants, so runs that differ only in their seed build one program (one
+  compilation-cache entry);
 * the state between calls, held as the flat list of its leaves: a call does no Python work per
   NNX variable, and the state's buffers are donated to the next call.
 
@@ -56,12 +57,13 @@ def step_functions(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
     """The pure (unjitted) train and eval steps of one model; the eval step attends
     ``query_block`` queries at a time (``eval.query_block``; 0: all), the train step all.
 
-    ``train_step(params, opt_state, batch, step, base_key, learning_rate=None,
-    vocab_size=None)``: with a ``learning_rate`` (a traced scalar: an ensemble member's own) the
-    schedule peaks there instead of at ``train.learning_rate``; the optimizer state's structure
-    does not depend on it. With a ``vocab_size`` (a member's own, below the model's) the loss
-    and metrics are over those tokens only (``padded_vocab``); with ``plain_positions`` True a
-    member of a randomized-positions program trains on plain ones.
+    ``train_step(params, opt_state, batch, step, base_key, member_settings=None,
+    vocab_size=None, plain_positions=None)``: ``member_settings`` (traced scalars: an ensemble
+    member's own ``learning_rate`` and ``weight_decay``, any of ``optimizer.MEMBER_SETTINGS``)
+    replace the ``train`` block's; the optimizer state's structure does not depend on them.
+    With a ``vocab_size`` (a member's own, below the model's) the loss and metrics are over
+    those tokens only (``padded_vocab``); with ``plain_positions`` True a member of a
+    randomized-positions program trains on plain ones.
     ``eval_step(params, batch, base_key)`` returns summable metric sums.
     """
     predict_eos = bool(train_cfg.get("predict_eos", True))
@@ -75,10 +77,10 @@ def step_functions(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
                                    scored_mask(batch, predict_eos))
         return loss, logits
 
-    def train_step(params, opt_state, batch, step, base_key, learning_rate=None,
+    def train_step(params, opt_state, batch, step, base_key, member_settings=None,
                    vocab_size=None, plain_positions=None):
-        member_optimizer = optimizer if learning_rate is None else \
-            make_optimizer({**dict(train_cfg), "learning_rate": learning_rate})
+        member_optimizer = optimizer if member_settings is None else \
+            make_optimizer({**dict(train_cfg), **member_settings})
         key = jax.random.fold_in(base_key, step)
         (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             params, batch, key, vocab_size, plain_positions)
@@ -102,8 +104,8 @@ class CompiledStep:
     ``first_step``, ``first_step + 1``, ...) as one jitted program, on the state it holds
     (``hold`` / ``state``); returns the metrics with a leading ``[K]`` axis.
 
-    ``train_step(params, opt_state, batch, step, *trailing)``; ``trailing`` (keys, learning
-    rates) are passed to every call as arguments. ``state_sharding`` places the state,
+    ``train_step(params, opt_state, batch, step, *trailing)``; ``trailing`` (keys, members'
+    optimizer settings) are passed to every call as arguments. ``state_sharding`` places the state,
     ``metrics_sharding`` the metrics.
     """
 
@@ -190,26 +192,28 @@ def member_keys(seeds: Sequence[int]) -> jax.Array:
 
 
 def make_steps(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any], mesh: Mesh,
-               seeds: Sequence[int], learning_rates: Sequence[float] | None = None,
+               seeds: Sequence[int], member_settings: Mapping[str, Sequence[float]] | None = None,
                query_block: int = 0, ensemble: bool = False,
                vocab_sizes: Sequence[int] | None = None,
                plain_positions: Sequence[bool] | None = None) -> Steps:
     """The steps of one run (``seeds`` of one, state replicated on ``mesh``) or, with
     ``ensemble``, of M members at once: ``jax.vmap`` of the single step over a leading member
     axis of state and batches (sharded over the mesh's ``members`` axis); member k draws its
-    keys from ``seeds[k]``, with ``learning_rates`` peaks at ``learning_rates[k]``, with
+    keys from ``seeds[k]``, with ``member_settings`` (``{'learning_rate': [M], ...}``, keys
+    of ``optimizer.MEMBER_SETTINGS``) updates with its own ``member_settings[key][k]``, with
     ``vocab_sizes`` scores its own ``vocab_sizes[k]`` tokens of the model's, and with
     ``plain_positions`` trains on plain positions where ``plain_positions[k]``."""
     optimizer = make_optimizer(train_cfg)
     train_step, eval_step = step_functions(graphdef, rest, train_cfg, optimizer, query_block)
     same = replicated(mesh)
     if ensemble:
-        rates = None if learning_rates is None else jnp.asarray(learning_rates, jnp.float32)
+        settings = {key: jnp.asarray(values, jnp.float32)
+                    for key, values in (member_settings or {}).items()} or None
         vocabs = None if vocab_sizes is None else jnp.asarray(vocab_sizes, jnp.int32)
         plain = None if plain_positions is None else jnp.asarray(plain_positions, bool)
-        per_member = [None if value is None else 0 for value in (rates, vocabs, plain)]
+        per_member = [None if value is None else 0 for value in (settings, vocabs, plain)]
         stacked_step = jax.vmap(train_step, in_axes=(0, 0, 0, None, 0, *per_member))
-        train = CompiledStep(stacked_step, (member_keys(seeds), rates, vocabs, plain),
+        train = CompiledStep(stacked_step, (member_keys(seeds), settings, vocabs, plain),
                              member_sharded(mesh), same)
     else:
         train = CompiledStep(train_step, (jax.random.key(int(seeds[0])),), same, same)
