@@ -26,8 +26,8 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-from step_timing import compile_train_step, memory_gb, run, timed
-from train_speed import combinations, step_memory_gb
+from step_timing import compile_train_step, memory_gb, run, step_memory_gb, timed
+from train_speed import combinations
 
 import pe_research.model.inputs as inputs_module
 from pe_research.config import collect_overrides, load_config

@@ -25,8 +25,7 @@ from pathlib import Path
 import jax
 import numpy as np
 from flax import nnx
-from step_timing import run
-from train_speed import step_memory_gb
+from step_timing import run, step_memory_gb
 
 from pe_research import data
 from pe_research.config import collect_overrides, load_config

@@ -19,6 +19,7 @@ from flax import nnx
 
 from pe_research import data, runtime
 from pe_research.core.errors import UsageError
+from pe_research.evaluation.memory import device_memory_bytes
 from pe_research.model import build_model
 from pe_research.runtime import data_mesh, ensemble_mesh, member_batch_sharded, member_sharded
 from pe_research.tasks import get_task
@@ -97,6 +98,26 @@ def memory_gb(device: jax.Device) -> float | None:
     """Peak device memory in use so far (GiB), where the backend reports it."""
     stats = device.memory_stats() if hasattr(device, "memory_stats") else None
     return stats["peak_bytes_in_use"] / 2**30 if stats and "peak_bytes_in_use" in stats else None
+
+
+def step_memory_gb(compiled: Any) -> float | None:
+    """Arguments + outputs + temporaries - donated buffers of the compiled step, in GiB."""
+    analysis = compiled.memory_analysis()
+    if analysis is None:
+        return None
+    total = (analysis.argument_size_in_bytes + analysis.output_size_in_bytes
+             + analysis.temp_size_in_bytes - analysis.alias_size_in_bytes)
+    return total / 2**30
+
+
+def check_fits(compiled: Any) -> float | None:
+    """The compiled step's memory (GiB, ``step_memory_gb``); MemoryError, worded as a table's
+    row (``skipped: ...``), when it needs more than the device has: running it would fail, or
+    swap for hours on a host."""
+    needed, limit = step_memory_gb(compiled), device_memory_bytes(jax.devices()[0]) / 2**30
+    if needed and needed > limit:
+        raise MemoryError(f"skipped: its step needs {needed:.1f} GB, the device has {limit:.1f}")
+    return needed
 
 
 def median_seconds(function: Callable[[], object], repeats: int = 10, blocks: int = 5) -> float:

@@ -7,15 +7,16 @@
     python benchmarks/sweep_throughput.py FILE --stack points   # members of several tasks
 
 For one grid point of a sweep file (the first, or ``--point``): the ensemble train step at each
-member count M, timed over
-``--steps`` steps after warm-up, and the host's time to draw the M members' batches for a step;
-model-steps/s is M over their sum, as the training loop runs them one after the other; and the
-evaluation at the point's eval lengths, compilation included, of one member and of the point's
-members together (an untrained model decodes to the longest length, so this bounds a trained
-model's time from above). Members
-differ in seed (``--stack seeds``: one grid point's members, as ``pe-research sweep`` stacks
-them by default), or are drawn in turn from every grid point that stacks with the measured one
-(``--stack points``: tasks of several vocabularies, as ``--members-per-program`` stacks them).
+member count M, timed over ``--steps`` steps after warm-up, and the host's time to draw the M
+members' batches for a step; model-steps/s is M over their sum, as the training loop runs them
+one after the other. A count whose compiled step needs more memory than the device has is
+skipped (both sizes in its row), and so is every larger one; the projection uses the counts that
+fit. Then the evaluation at the point's eval lengths, compilation included, of one member and of
+the point's members together (an untrained model decodes to the longest length, so this bounds
+a trained model's time from above). Members differ in seed (``--stack seeds``: one grid point's
+members, as ``pe-research sweep`` stacks them by default), or are drawn in turn from every grid
+point that stacks with the measured one (``--stack points``: tasks of several vocabularies, as
+``--members-per-program`` stacks them).
 
 Projected for the whole sweep on this device, taking every grid point to cost what the measured
 one does, training (``train.steps`` per run) and evaluation (one program per run: runs x one
@@ -45,7 +46,15 @@ from typing import Any
 
 import jax
 from flax import nnx
-from step_timing import as_called, ensemble_train_state, groups, memory_gb, run, timed
+from step_timing import (
+    as_called,
+    check_fits,
+    ensemble_train_state,
+    groups,
+    memory_gb,
+    run,
+    timed,
+)
 
 from pe_research import data
 from pe_research.config import collect_overrides, from_mapping
@@ -105,14 +114,22 @@ def member_configs(plan: SweepPlan, point: Point, members: int, stack: str) -> l
     return configs
 
 
-def step_seconds(configs: Sequence[Any], steps: int) -> tuple[float, float]:
-    """(compile seconds, median seconds per step) of the members ``configs`` stacked."""
+def step_seconds(configs: Sequence[Any], steps: int) -> tuple[float, float, float | None]:
+    """(compile seconds, median seconds per step, the compiled step's memory in GiB) of the
+    members ``configs`` stacked; a MemoryError (``skipped: ...``) before it runs when the step
+    needs more than the device has."""
     per_call = min(steps_per_call(c, get_task(c.task.to_dict(), c.data.to_dict()))
                    for c in configs)
     state, batches = ensemble_train_state(None, len(configs), max(8, 2 * per_call),
                                           configs=configs)
-    return timed(as_called(state.train), state.train.leaves, groups(batches, per_call), steps,
-                 per_call=per_call)
+    inputs = groups(batches, per_call)
+    start = time.perf_counter()
+    executable = state.train.lower(inputs[0]).compile()
+    compile_s = time.perf_counter() - start
+    needed = check_fits(executable)
+    first_s, step_s = timed(as_called(state.train, executable), state.train.leaves, inputs,
+                            steps, per_call=per_call)
+    return compile_s + first_s, step_s, needed
 
 
 def data_seconds(configs: Sequence[Any], steps: int) -> float:
@@ -177,16 +194,29 @@ def main() -> None:
 
     rate = {}
     print("| members per program | ms/step | data ms/step | model-steps/s | compile (s) "
-          "| peak mem (GB) |")
-    print("|---:|---:|---:|---:|---:|---:|")
+          "| step memory (GB) | peak mem (GB) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    too_many = None  # the smallest count that did not fit: more members need more memory
     for members in sorted({*counts, grouped}):
+        if too_many is not None:
+            print(f"| {members} | skipped: more members than {too_many} | | | | | |")
+            continue
         configs = member_configs(plan, point, members, args.stack)
-        compile_s, step_s = step_seconds(configs, args.steps)
+        try:
+            compile_s, step_s, needed = step_seconds(configs, args.steps)
+        except MemoryError as error:
+            print(f"| {members} | {error} | | | | | |", flush=True)
+            too_many = members
+            continue
         batches_s = data_seconds(configs, args.steps)
         rate[members] = members / (step_s + batches_s)
-        memory = memory_gb(device)
+        peak = memory_gb(device)
         print(f"| {members} | {step_s * 1e3:.2f} | {batches_s * 1e3:.2f} | {rate[members]:,.1f} | "
-              f"{compile_s:.1f} | {'-' if memory is None else f'{memory:.2f}'} |", flush=True)
+              f"{compile_s:.1f} | {'-' if needed is None else f'{needed:.3g}'} | "
+              f"{'-' if peak is None else f'{peak:.2f}'} |", flush=True)
+    if not rate:
+        print("\nno member count fits this device's memory; nothing to project")
+        return
     alone = eval_seconds([config])
     together = alone if grouped == 1 else eval_seconds(
         [from_mapping(copy.deepcopy(member.config)) for member in point.members])
@@ -209,11 +239,14 @@ def main() -> None:
     for label, programs, training, evaluation in (
             ("one program per run", plan.runs, model_steps / rate[1], per_run),
             ("one per grid point (pe-research sweep)", len(plan.points),
-             model_steps / rate[grouped], per_point),
+             model_steps / rate[grouped] if grouped in rate else None, per_point),
             (f"--members-per-program {best}", len(stacked),
              sum(train_steps * size / nearest_rate(rate, size)
                  for size in (sum(len(plan.points[i].members) for i in group)
                               for group in stacked)), per_point)):
+        if training is None:  # its program's step was skipped above
+            print(f"| {label} | {programs:,} | does not fit | {hours(evaluation)} | - |")
+            continue
         print(f"| {label} | {programs:,} | {hours(training)} | {hours(evaluation)} | "
               f"{hours(training + evaluation)} |")
 

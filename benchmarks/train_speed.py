@@ -42,6 +42,7 @@ from pathlib import Path
 
 import jax
 from step_timing import (
+    check_fits,
     compile_train_step,
     lower_train_step,
     memory_gb,
@@ -53,7 +54,6 @@ from step_timing import (
 
 from pe_research.config import collect_overrides, load_config
 from pe_research.core.errors import ConfigError, UsageError
-from pe_research.evaluation.memory import device_memory_bytes
 from pe_research.tasks import get_task
 from pe_research.tasks.corpora import write_stdlib_corpus
 
@@ -94,23 +94,11 @@ def shape_config(name: str, implementation: str, dtype: str, overrides: list[str
     return load_config(CONFIGS / file, [*base, f"--config.data.buckets={config.data.buckets}"])
 
 
-def step_memory_gb(compiled) -> float | None:
-    """Arguments + outputs + temporaries - donated buffers of the compiled step, in GiB."""
-    analysis = compiled.memory_analysis()
-    if analysis is None:
-        return None
-    total = (analysis.argument_size_in_bytes + analysis.output_size_in_bytes
-             + analysis.temp_size_in_bytes - analysis.alias_size_in_bytes)
-    return total / 2**30
-
-
 def measure(config, steps: int, per_call: int) -> dict:
     """Compile time, median step time, tokens per step, FLOPs of one step and memory of
     ``per_call`` train steps per call."""
     step = compile_train_step(config, per_call=per_call)
-    needed, limit = step_memory_gb(step.executable), device_memory_bytes(jax.devices()[0]) / 2**30
-    if needed and needed > limit:  # running it would fail, or swap for hours on a host
-        raise MemoryError(f"skipped: its step needs {needed:.1f} GB, the device has {limit:.1f}")
+    needed = check_fits(step.executable)
     _, step_s = timed(step.compiled, step.state, step.inputs, steps, per_call=per_call)
     tokens = sum(step.batches[0][key].size for key in ("source", "target_input"))
     return {"compile": step.compile_s, "step": step_s, "tokens": tokens,

@@ -103,11 +103,12 @@ def test_the_language_model_shape_trains_full_windows_without_a_source():
 
 def test_train_speed_skips_a_step_that_needs_more_memory_than_the_device_has(monkeypatch):
     sys.path.insert(0, str(REPO / "benchmarks"))
+    import step_timing
     import train_speed
 
     config = train_speed.shape_config("default", "xla", "float32", [
         "--config.model.d_model=16", "--config.model.d_ff=32", "--config.data.batch_size=4"])
-    monkeypatch.setattr(train_speed, "device_memory_bytes", lambda device: 2**10)  # 1 KiB
+    monkeypatch.setattr(step_timing, "device_memory_bytes", lambda device: 2**10)  # 1 KiB
     with pytest.raises(MemoryError, match=r"^skipped: its step needs [\d.]+ GB, the device has "
                                           r"0\.0$"):
         train_speed.measure(config, steps=1, per_call=1)
@@ -379,6 +380,39 @@ def test_sweep_throughput_measures_each_member_count_and_projects_the_sweep(tmp_
         assert training == pytest.approx(seconds / 3600, rel=0.02)
         assert evaluation == pytest.approx(evaluated / 3600, rel=0.05, abs=1e-4)
         assert total == pytest.approx(training + evaluation, rel=0.02)
+
+
+def test_sweep_throughput_skips_the_member_counts_the_device_cannot_hold(tmp_path, monkeypatch):
+    """A count whose compiled step needs more memory than the device has is not run, nor any
+    larger one; the projection goes on from the counts that fit."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import step_timing
+    import sweep_throughput
+
+    from pe_research.sweeps.spec import load_sweep
+
+    sweep_file = write_sweep(tmp_path / "s.py", grid='[{"model.pe.type": "rope"}]',
+                             seeds="(0, 1)", **{"train.steps": 30})
+    plan = load_sweep(sweep_file)
+    needed = {members: sweep_throughput.step_seconds(sweep_throughput.member_configs(
+        plan, plan.points[0], members, "seeds"), 1)[2] for members in (2, 4)}
+    assert 0 < needed[2] < needed[4]
+    limit_gb = (needed[2] + needed[4]) / 2
+    monkeypatch.setattr(step_timing, "device_memory_bytes", lambda device: limit_gb * 2**30)
+    out = run_script("benchmarks/sweep_throughput.py", str(sweep_file), "--members", "1,4,8",
+                     "--steps", "2")
+    rows = table_rows(out, "| members per program")
+    assert [row[0] for row in rows] == ["1", "2", "4", "8"]
+    assert 0 < float(rows[0][5]) < float(rows[1][5]) == float(f"{needed[2]:.3g}")
+    assert rows[2][1] == (f"skipped: its step needs {needed[4]:.1f} GB, the device has "
+                          f"{limit_gb:.1f}")
+    assert rows[3][1] == "skipped: more members than 4"
+    projected = table_rows(out, "| grouping")
+    assert [row[:2] for row in projected] == [["one program per run", "2"],
+                                              ["one per grid point (pe-research sweep)", "1"],
+                                              ["--members-per-program " + max(
+                                                  ("1", "2"), key=lambda m: float(next(
+                                                      r[3] for r in rows if r[0] == m))), "1"]]
 
 
 def test_members_of_stacked_points_start_at_the_measured_point(tmp_path):
