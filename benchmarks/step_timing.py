@@ -18,8 +18,8 @@ import jax
 from flax import nnx
 
 from pe_research import data, runtime
+from pe_research.core.device_memory import device_memory_bytes
 from pe_research.core.errors import UsageError
-from pe_research.evaluation.memory import device_memory_bytes
 from pe_research.model import build_model
 from pe_research.runtime import data_mesh, ensemble_mesh, member_batch_sharded, member_sharded
 from pe_research.tasks import get_task

@@ -1,5 +1,5 @@
 """The eval memory estimate (evaluation/memory.py): program-order liveness, golden values; the
-host memory a CPU budget is a fraction of, cgroup limits included."""
+host memory a CPU budget is a fraction of, cgroup limits included (core/device_memory.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from pe_research.core import device_memory
 from pe_research.evaluation import memory
 
 X = jax.ShapeDtypeStruct((1000,), jnp.float32)  # 4,000 bytes
@@ -85,30 +86,31 @@ def host_with(tmp_path, cgroup: str, limits: dict[str, str]):
 ])
 def test_a_cgroup_limit_below_the_ram_is_the_host_memory(tmp_path, cgroup, limits, expected):
     root = host_with(tmp_path, cgroup, limits)
-    assert memory.host_memory_bytes(root) == min(expected, RAM)
+    assert device_memory.host_memory_bytes(root) == min(expected, RAM)
 
 
 def test_without_proc_the_host_memory_is_the_ram(tmp_path):
-    assert memory.host_memory_bytes(tmp_path) == RAM
+    assert device_memory.host_memory_bytes(tmp_path) == RAM
 
 
 def test_a_cpu_budget_is_a_fraction_of_the_host_memory():
     cpu = jax.devices("cpu")[0]
-    assert memory.budget_bytes(0, cpu) == int(memory.DEFAULT_FRACTION * memory.host_memory_bytes())
+    assert memory.budget_bytes(0, cpu) == int(memory.DEFAULT_FRACTION
+                                              * device_memory.host_memory_bytes())
     assert memory.budget_bytes(1.5, cpu) == int(1.5 * GIB)
 
 
 @pytest.mark.parametrize("sharing", ["", "1", "4"])
 def test_the_workers_of_a_local_sweep_split_the_host_memory(tmp_path, monkeypatch, sharing):
-    monkeypatch.setenv(memory.SHARING_ENV, sharing)
+    monkeypatch.setenv(device_memory.SHARING_ENV, sharing)
     root = host_with(tmp_path, "4:memory:/job\n",
                      {"memory/job/memory.limit_in_bytes": str(8 * GIB)})
-    assert memory.host_memory_bytes(root) == min(8 * GIB, RAM) // int(sharing or 1)
+    assert device_memory.host_memory_bytes(root) == min(8 * GIB, RAM) // int(sharing or 1)
 
 
 def test_a_local_sweep_tells_its_workers_how_many_share_the_host():
     from pe_research.sweeps.executors import WORKER_ENV, worker_env
 
     env = worker_env(3)
-    assert env[memory.SHARING_ENV] == "3"
+    assert env[device_memory.SHARING_ENV] == "3"
     assert all(env[key] == value for key, value in WORKER_ENV.items())

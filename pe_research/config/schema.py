@@ -46,6 +46,11 @@ BLOCK_DEFAULTS: dict[str, dict[str, Any]] = {
         "best_metric": "eval/sequence_accuracy",  # '' (or eval_every 0): keep only the latest
         "eval_lengths": (),  # longer task lengths evaluated during training
         "steps_per_call": 0,  # train steps per jitted call (0: the largest divisor up to 10)
+        # Memory an ensemble's train step may take (GiB: its compiled arguments, outputs and
+        # temporaries at the widest training batch), checked before it trains; a sweep's job
+        # whose members need more trains them as several programs that fit. 0 -> 90% of the
+        # device's memory (a CPU's: as for eval.memory_budget_gb).
+        "memory_budget_gb": 0.0,
         # False: the loss skips the end token, so the model never learns where to stop (-EOS of
         # Newman et al. 2020); range eval then also decodes at the oracle length.
         "predict_eos": True,

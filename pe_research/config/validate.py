@@ -134,7 +134,8 @@ def _at_least(key: str, value: float, minimum: float) -> None:
 def _check_train(train: Mapping[str, Any]) -> None:
     for key in ("steps", "log_every", "checkpoint_every", "keep_checkpoints", "eval_batches"):
         _at_least(f"train.{key}", train[key], 1)
-    for key in ("warmup_steps", "eval_every", "weight_decay", "clip_norm", "steps_per_call"):
+    for key in ("warmup_steps", "eval_every", "weight_decay", "clip_norm", "steps_per_call",
+                "memory_budget_gb"):
         _at_least(f"train.{key}", train[key], 0)
     if not 0 < train["learning_rate"] <= FLOAT32_MAX:  # the optimizer computes in float32
         raise ConfigError("train.learning_rate", train["learning_rate"],

@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from pe_research.core.device_memory import SHARING_ENV
 from pe_research.core.errors import ConfigError
-from pe_research.evaluation.memory import SHARING_ENV
 from pe_research.sweeps.state import SweepDir, record_jobs
 from pe_research.sweeps.worker import PointJob
 

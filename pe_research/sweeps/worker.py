@@ -1,5 +1,7 @@
 """One job: train the unfinished members of its grid points as one ensemble, record how each
-ended (a job is one grid point, or several that stack: ``grouping.py``).
+ended (a job is one grid point, or several that stack: ``grouping.py``). Members that need more
+memory together than the device has (``training/program_memory.py``) train as several programs
+in turn, each of as many as fit.
 
 Run by every executor: ``python -m pe_research.sweeps.worker SWEEP_DIR INDEX[,INDEX...]``
 (local), or ``PointJob`` pickled by submitit (SLURM). A failure is recorded as one line per
@@ -43,6 +45,7 @@ def run_point(sweep_dir: str | Path, index: int | Sequence[int]) -> dict[str, An
     from pe_research.training.ensemble import train_ensemble
     from pe_research.training.loop import train
     from pe_research.training.preemption import PreemptedError
+    from pe_research.training.program_memory import ProgramMemoryError, gb
 
     runtime.setup()
     paths = SweepDir(sweep_dir)
@@ -59,21 +62,34 @@ def run_point(sweep_dir: str | Path, index: int | Sequence[int]) -> dict[str, An
     outcome: dict[str, dict[str, Any]] = {}
     preempted = None
     try:
-        configs = [from_mapping(run["config"]) for run in todo]
-        dirs = [Path(run["dir"]) for run in todo]
-        if len(todo) == 1:
-            train(configs[0], dirs[0])
-        elif todo:
-            result = train_ensemble(configs, dirs)
-            for run_dir, message in result.diverged.items():
-                outcome[str(run_dir)] = {"state": "failed", "error": message}
+        programs = [todo] if todo else []
+        while programs:  # in turn; a program too large for the device is split first
+            runs = programs.pop(0)
+            configs = [from_mapping(run["config"]) for run in runs]
+            dirs = [Path(run["dir"]) for run in runs]
+            try:
+                if len(runs) == 1:
+                    train(configs[0], dirs[0])
+                else:
+                    result = train_ensemble(configs, dirs)
+                    for run_dir, message in result.diverged.items():
+                        outcome[str(run_dir)] = {"state": "failed", "error": message}
+            except ProgramMemoryError as error:
+                programs[:0] = [runs[i:i + error.fit] for i in range(0, len(runs), error.fit)]
+                print(f"{len(runs)} members need {gb(error.needed)} GB in one program, above "
+                      f"the {gb(error.budget)} GB budget (train.memory_budget_gb): training "
+                      f"them as {-(-len(runs) // error.fit)} programs of up to {error.fit}",
+                      flush=True)
+                continue
+            for run in runs:
+                outcome.setdefault(run["dir"], {"state": "done", "error": None})
     except PreemptedError as error:
         print(error, flush=True)
         preempted = error
         for state in states.values():
             state["preemptions"] += 1
-        for run in todo:
-            outcome[run["dir"]] = {"state": "preempted", "error": None}
+        for run in todo:  # the programs already done stay done
+            outcome.setdefault(run["dir"], {"state": "preempted", "error": None})
     except Exception as error:  # noqa: BLE001 - recorded, and the sweep goes on
         traceback.print_exc()
         for run in todo:

@@ -71,6 +71,11 @@ from pe_research.training.loop import (
 from pe_research.training.optimizer import MEMBER_SETTINGS
 from pe_research.training.padded_vocab import crop_to, pad_to, shapes_of, widest
 from pe_research.training.periodic_eval import PeriodicEvaluator
+from pe_research.training.program_memory import (
+    budget_bytes,
+    check_program_memory,
+    widest_batches,
+)
 from pe_research.training.step import eval_function, make_steps
 from pe_research.training.step_loop import MemberRun, StepLoop, all_finite
 
@@ -208,6 +213,17 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
     on_eval_mesh = replicated(eval_mesh)
     member_params = [jax.device_put(params, on_eval_mesh) for _, params, _ in split]
     member_opt = [steps.optimizer.init(params) for params in member_params]
+    stacked = member_sharded(mesh)
+    batch_sharding = member_batch_sharded(mesh)
+    per_call = min(steps_per_call(config, task) for config, task in zip(configs, tasks,
+                                                                          strict=True))
+    # Before any run directory is written: the fresh state has the restored one's shapes.
+    steps.train.hold(jax.device_put(stack([pad_to(p, member_params[wide])
+                                           for p in member_params]), stacked),
+                     jax.device_put(stack([pad_to(o, member_opt[wide]) for o in member_opt]),
+                                    stacked))
+    check_program_memory(steps.train, widest_batches(tasks, configs, per_call, batch_sharding),
+                         budget_bytes(configs[0].train.memory_budget_gb), len(configs))
     # Each member's own shapes: what it saves and restores, and what evaluates it.
     own = [(abstract_like(p, on_eval_mesh), abstract_like(o, on_eval_mesh))
            for p, o in zip(member_params, member_opt, strict=True)]
@@ -234,7 +250,6 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
         windows = [items["meta"].get("train_window") for items in restored]
         print(f"resuming {len(configs)} members from step {start} "
               f"(of {configs[0].train.steps})", flush=True)
-    stacked = member_sharded(mesh)
     params = jax.device_put(stack([pad_to(p, member_params[wide]) for p in member_params]),
                             stacked)
     opt_state = jax.device_put(stack([pad_to(o, member_opt[wide]) for o in member_opt]),
@@ -262,8 +277,6 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
         members.append(MemberRun(config, run_dir, vocab_sizes[k], checkpointers[k], writer,
                                  evaluator, windows[k]))
 
-    batch_sharding = member_batch_sharded(mesh)
-
     def batch(data_step: int) -> dict[str, jax.Array]:
         local = [data.train_batch(task, config.data, config.seed, data_step)
                  for task, config in zip(tasks, configs, strict=True)]
@@ -277,9 +290,7 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
                               on_eval_mesh)
 
     loop = StepLoop(members, steps, batch, member_state=member_state,
-                    stacked_finite=jax.jit(jax.vmap(all_finite)),
-                    steps_per_call=min(steps_per_call(config, task)
-                                       for config, task in zip(configs, tasks, strict=True)))
+                    stacked_finite=jax.jit(jax.vmap(all_finite)), steps_per_call=per_call)
     loop.run(params, opt_state, start)
     return EnsembleResult(run_dirs=list(run_dirs), records=[m.record for m in members],
                           diverged={m.run_dir: m.diverged for m in members if m.diverged},
