@@ -52,6 +52,8 @@ def test_a_job_whose_members_do_not_fit_trains_them_as_programs_that_do(tmp_path
     result = sweep_here(sweep_file, workdir, "--no-report",
                         f"--config.train.memory_budget_gb={budget / GIB!r}")
     assert result.returncode == 0, result.stderr[-3000:]
+    assert f"sweep {workdir}: 1 grid point x 4 members = 4 runs; 1 grid point to run (" \
+        in result.stdout
     log = next((workdir / "logs").iterdir()).read_text()
     assert log.count("members need") == 1, log[-3000:]
     assert (f"4 members need {gb(four)} GB in one program, above the {gb(budget)} GB budget "

@@ -102,7 +102,7 @@ def test_killed_program_of_three_tasks_resumes_bit_identically(tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     result = sweep_here(sweep_file, straight, "--no-report")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "3 grid points to run in 1 programs of up to 8 members" in result.stdout
+    assert "3 grid points to run in 1 program of up to 8 members" in result.stdout
     runs = sorted(manifest_states(straight))
     assert len(runs) == 3
     log = next((straight / "logs").iterdir()).read_text()

@@ -160,6 +160,11 @@ def run_sweep(args: argparse.Namespace, file: str) -> int:
                            members_cap(stacking, args.executor, settings))
 
 
+def counted(number: int, noun: str) -> str:
+    """``"1 grid point"``, ``"3 grid points"``."""
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
+
+
 def _run_locked(args: argparse.Namespace, plan, settings: dict, sweep_dir: SweepDir,
                 command: str, cap: int) -> int:
     write_plan(sweep_dir, plan, command, args.executor)
@@ -167,10 +172,10 @@ def _run_locked(args: argparse.Namespace, plan, settings: dict, sweep_dir: Sweep
     groups = group_points(plan.points, indices, cap)
     names = {p.index: p.name for p in plan.points}
     members = len(plan.points[0].members)
-    programs = f" in {len(groups)} programs of up to {cap} members" if cap else ""
-    print(f"sweep {sweep_dir.root}: {len(plan.points)} grid points x {members} "
-          f"member{'s' if members > 1 else ''} "
-          f"= {plan.runs} runs; {len(indices)} grid points to run{programs} ({args.executor}, "
+    programs = f" in {counted(len(groups), 'program')} of up to {cap} members" if cap else ""
+    print(f"sweep {sweep_dir.root}: {counted(len(plan.points), 'grid point')} x "
+          f"{counted(members, 'member')} = {counted(plan.runs, 'run')}; "
+          f"{counted(len(indices), 'grid point')} to run{programs} ({args.executor}, "
           f"{args.jobs} at a time)", flush=True)
     if indices:
         progress = Progress(sweep_dir)
