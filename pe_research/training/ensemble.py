@@ -217,11 +217,14 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
     batch_sharding = member_batch_sharded(mesh)
     per_call = min(steps_per_call(config, task) for config, task in zip(configs, tasks,
                                                                           strict=True))
+
+    def stacked_state(params: list[Any], opt: list[Any]) -> tuple[Any, Any]:
+        """The members' states padded to the widest vocabulary, stacked on the members' mesh."""
+        return (jax.device_put(stack([pad_to(p, params[wide]) for p in params]), stacked),
+                jax.device_put(stack([pad_to(o, opt[wide]) for o in opt]), stacked))
+
     # Before any run directory is written: the fresh state has the restored one's shapes.
-    steps.train.hold(jax.device_put(stack([pad_to(p, member_params[wide])
-                                           for p in member_params]), stacked),
-                     jax.device_put(stack([pad_to(o, member_opt[wide]) for o in member_opt]),
-                                    stacked))
+    steps.train.hold(*stacked_state(member_params, member_opt))
     check_program_memory(steps.train, widest_batches(tasks, configs, per_call, batch_sharding),
                          budget_bytes(configs[0].train.memory_budget_gb), len(configs))
     # Each member's own shapes: what it saves and restores, and what evaluates it.
@@ -250,10 +253,7 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
         windows = [items["meta"].get("train_window") for items in restored]
         print(f"resuming {len(configs)} members from step {start} "
               f"(of {configs[0].train.steps})", flush=True)
-    params = jax.device_put(stack([pad_to(p, member_params[wide]) for p in member_params]),
-                            stacked)
-    opt_state = jax.device_put(stack([pad_to(o, member_opt[wide]) for o in member_opt]),
-                               stacked)
+    params, opt_state = stacked_state(member_params, member_opt)
     tasks_line = "" if len(set(vocab_sizes)) == 1 else \
         f", {len({t.name for t in tasks})} tasks (vocabularies padded to {max(vocab_sizes)})"
     if len(set(ranges)) > 1:
