@@ -224,7 +224,8 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
                 jax.device_put(stack([pad_to(o, opt[wide]) for o in opt]), stacked))
 
     # Before any run directory is written: the fresh state has the restored one's shapes.
-    steps.train.hold(*stacked_state(member_params, member_opt))
+    fresh = stacked_state(member_params, member_opt)
+    steps.train.hold(*fresh)
     check_program_memory(steps.train, widest_batches(tasks, configs, per_call, batch_sharding),
                          budget_bytes(configs[0].train.memory_budget_gb), len(configs))
     # Each member's own shapes: what it saves and restores, and what evaluates it.
@@ -253,7 +254,9 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
         windows = [items["meta"].get("train_window") for items in restored]
         print(f"resuming {len(configs)} members from step {start} "
               f"(of {configs[0].train.steps})", flush=True)
-    params, opt_state = stacked_state(member_params, member_opt)
+    changed = restored is not None or any(state is not None for state in initialised)
+    params, opt_state = stacked_state(member_params, member_opt) if changed else fresh
+    del fresh  # a restored program holds one stacked state, not two
     tasks_line = "" if len(set(vocab_sizes)) == 1 else \
         f", {len({t.name for t in tasks})} tasks (vocabularies padded to {max(vocab_sizes)})"
     if len(set(ranges)) > 1:
