@@ -25,6 +25,7 @@ from pe_research.runtime import data_mesh, ensemble_mesh, member_batch_sharded, 
 from pe_research.tasks import get_task
 from pe_research.training.ensemble import stack
 from pe_research.training.padded_vocab import pad_to, widest
+from pe_research.training.program_memory import compiled_bytes
 from pe_research.training.step import initial_train_state, make_steps
 
 # Dense bf16 peak FLOP/s of known accelerators (for MFU); CPUs report FLOP/s only.
@@ -101,13 +102,9 @@ def memory_gb(device: jax.Device) -> float | None:
 
 
 def step_memory_gb(compiled: Any) -> float | None:
-    """Arguments + outputs + temporaries - donated buffers of the compiled step, in GiB."""
-    analysis = compiled.memory_analysis()
-    if analysis is None:
-        return None
-    total = (analysis.argument_size_in_bytes + analysis.output_size_in_bytes
-             + analysis.temp_size_in_bytes - analysis.alias_size_in_bytes)
-    return total / 2**30
+    """The compiled step's memory in GiB, as a program's check reads it (``compiled_bytes``)."""
+    size = compiled_bytes(compiled)
+    return None if size is None else size / 2**30
 
 
 def check_fits(compiled: Any) -> float | None:
