@@ -21,10 +21,10 @@ from pe_research import data, runtime
 from pe_research.core.device_memory import device_memory_bytes
 from pe_research.core.errors import UsageError
 from pe_research.model import build_model
+from pe_research.model.padded_vocab import pad_to, widest
 from pe_research.runtime import data_mesh, ensemble_mesh, member_batch_sharded, member_sharded
 from pe_research.tasks import get_task
 from pe_research.training.ensemble import stack
-from pe_research.training.padded_vocab import pad_to, widest
 from pe_research.training.program_memory import compiled_bytes
 from pe_research.training.step import initial_train_state, make_steps
 

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pe_research.model.metrics import token_cross_entropy
-from pe_research.training.padded_vocab import crop_to, mask_logits, pad_to, widest
+from pe_research.model.padded_vocab import crop_to, mask_logits, pad_to, widest
 
 
 def test_padding_to_the_widest_vocabulary_and_cropping_back_give_the_member_state():

@@ -18,6 +18,7 @@ from pe_research.model.metrics import (
     range_metrics,
     training_metrics,
 )
+from pe_research.model.padded_vocab import mask_logits
 from pe_research.positional.randomize import evaluation_keys
 from pe_research.tasks.registry import task_class
 from pe_research.tasks.vocabulary import EOS_ID
@@ -25,13 +26,16 @@ from pe_research.tasks.vocabulary import EOS_ID
 
 def example_statistics(model: Any, batch: Mapping[str, jax.Array], position_key: jax.Array,
                        oracle_length: bool = False, first_row: jax.Array | int = 0,
-                       decode: bool = True) -> dict[str, jax.Array]:
+                       decode: bool = True, vocab_size: jax.Array | int | None = None,
+                       ) -> dict[str, jax.Array]:
     """Per-example ``[B]`` numerators and counts of every metric; traced once per shape.
     ``oracle_length`` decodes a second time, at the true length (``oracle_exact_match``);
     without ``decode`` (a task scored by teacher forcing, such as language modelling) only the
     teacher-forced metrics are computed, over the tokens the model was trained to predict.
     Randomized positions drawn per example come from the example's index in its length's set
-    (``first_row`` is the batch's first), so splitting a batch changes no draw."""
+    (``first_row`` is the batch's first), so splitting a batch changes no draw. With
+    ``vocab_size`` a model padded to a wider vocabulary is scored over its first
+    ``vocab_size`` tokens, as the model of that vocabulary (``model/padded_vocab.py``)."""
     pe = model.config.pe
     position_key = evaluation_keys(pe, position_key, first_row, batch["source"].shape[0])
     source_positions, target_positions = batch_positions(pe, batch, position_key, training=False,
@@ -39,19 +43,21 @@ def example_statistics(model: Any, batch: Mapping[str, jax.Array], position_key:
     abacus_ids = abacus_inputs(pe, batch, position_key, training=False)
     logits = model(batch["source"], batch["target_input"], source_positions, target_positions,
                    batch["source_mask"], batch["target_mask"], abacus_ids=abacus_ids)
+    logits = mask_logits(logits, vocab_size)
     if not decode:  # such tasks have no end token (train.predict_eos False): never scored
         outputs = Outputs(logits, batch["target_output"], scored_mask(batch, predict_eos=False))
         return example_sums(outputs, training_metrics())
     decoded = greedy_decode(model, batch["source"], source_positions, batch["source_mask"],
                             target_positions, target_mask_BxT=batch["target_mask"], eos_id=EOS_ID,
-                            abacus_ids=abacus_ids)
+                            abacus_ids=abacus_ids, vocab_size=vocab_size)
     oracle_decoded = None
     if oracle_length:  # the end token's step: the number of real target tokens, less one
         eos_steps_B = jnp.sum(batch["target_mask"], axis=-1) - 1
         oracle_decoded = greedy_decode(model, batch["source"], source_positions,
                                        batch["source_mask"], target_positions,
                                        target_mask_BxT=batch["target_mask"], eos_id=EOS_ID,
-                                       eos_steps_B=eos_steps_B, abacus_ids=abacus_ids)
+                                       eos_steps_B=eos_steps_B, abacus_ids=abacus_ids,
+                                       vocab_size=vocab_size)
     outputs = Outputs(logits, batch["target_output"], batch["target_mask"], decoded,
                       oracle_decoded)
     return example_sums(outputs, range_metrics(oracle_length))

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from pe_research.model.masks import PrefixMask
+from pe_research.model.padded_vocab import mask_logits
 from pe_research.model.single_stack import joint_positions, pack, packed_mask
 from pe_research.tasks.vocabulary import BOS_ID, EOS_ID, PAD_ID
 
@@ -39,10 +40,13 @@ def _first_state(batch: int, length: int, pad_id: int) -> tuple[jax.Array, jax.A
 
 
 def _choose(logits_BxV: jax.Array, done_B: jax.Array, pad_id: int, step: jax.Array | int = 0,
-            eos_steps_B: jax.Array | None = None, eos_id: int = EOS_ID) -> jax.Array:
-    """Greedy token ``[B]`` (int32); PAD for finished sequences. With ``eos_steps_B``, EOS at
-    exactly that step (never before, whatever its logit). Broadcasts: logits ``[B, T, V]``
-    with ``done``, ``step`` and ``eos_steps`` shaped to ``[B, T]`` choose every slot at once."""
+            eos_steps_B: jax.Array | None = None, eos_id: int = EOS_ID,
+            vocab_size: jax.Array | int | None = None) -> jax.Array:
+    """Greedy token ``[B]`` (int32) among the first ``vocab_size`` (default all); PAD for
+    finished sequences. With ``eos_steps_B``, EOS at exactly that step (never before, whatever
+    its logit). Broadcasts: logits ``[B, T, V]`` with ``done``, ``step`` and ``eos_steps``
+    shaped to ``[B, T]`` choose every slot at once."""
+    logits_BxV = mask_logits(logits_BxV, vocab_size)
     if eos_steps_B is not None:
         logits_BxV = logits_BxV.at[..., eos_id].set(-jnp.inf)
     chosen_B = jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32)
@@ -61,7 +65,8 @@ def greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.A
                   eos_id: int = EOS_ID, pad_id: int = PAD_ID,
                   eos_steps_B: jax.Array | None = None,
                   widths: Sequence[int] | None = None,
-                  abacus_ids: tuple[jax.Array, jax.Array] | None = None) -> jax.Array:
+                  abacus_ids: tuple[jax.Array, jax.Array] | None = None,
+                  vocab_size: jax.Array | int | None = None) -> jax.Array:
     """Greedy tokens ``[B, T]`` (int32) with a key/value cache; T = target_positions' length.
 
     Step t feeds the token chosen at step t-1 (BOS at t = 0) at position
@@ -73,16 +78,18 @@ def greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.A
     first ``widths[i]`` slots (after the decoder-only model's prefill; default
     ``cache_widths(T)``). ``abacus_ids``: the source's ``[B, S]`` and the target slots'
     ``[B, T]`` Abacus IDs (a model with an Abacus table); step t reads slot t's.
+    ``vocab_size``: choose among the model's first tokens only (a model padded to a wider
+    vocabulary, ``model/padded_vocab.py``).
     """
     architecture = model.config.architecture
     if architecture == "encoder_only":
         return slot_decode(model, source_BxS, source_positions_BxS, source_mask_BxS,
                            target_positions_BxT, target_mask_BxT, pad_id, eos_steps_B, eos_id,
-                           abacus_ids)
+                           abacus_ids, vocab_size)
     if architecture == "decoder_only":
         return causal_greedy_decode(model, source_BxS, source_positions_BxS, source_mask_BxS,
                                     target_positions_BxT, bos_id, eos_id, pad_id, eos_steps_B,
-                                    widths, abacus_ids)
+                                    widths, abacus_ids, vocab_size)
     batch, length = source_BxS.shape[0], target_positions_BxT.shape[1]
     source_ids, target_ids = abacus_ids or (None, None)
     encoded_BxSxD = model.encode(source_BxS, source_positions_BxS, source_mask_BxS,
@@ -100,7 +107,7 @@ def greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.A
                    jax.lax.dynamic_slice_in_dim(target_ids, step, 1, axis=1))
         logits_BxV, cache = nnx.merge(graphdef, state).decode_step(
             tokens_Bx1, positions_Bx1, source_positions_BxS, source_mask_BxS, cache, ids_Bx1)
-        next_B = _choose(logits_BxV, done_B, pad_id, step, eos_steps_B, eos_id)
+        next_B = _choose(logits_BxV, done_B, pad_id, step, eos_steps_B, eos_id, vocab_size)
         output_BxT = output_BxT.at[:, step].set(next_B)
         return step + 1, next_B[:, None], cache, output_BxT, done_B | (next_B == eos_id)
 
@@ -198,7 +205,8 @@ def slot_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.Arr
                 source_mask_BxS: jax.Array, target_positions_BxT: jax.Array,
                 target_mask_BxT: jax.Array | None, pad_id: int = PAD_ID,
                 eos_steps_B: jax.Array | None = None, eos_id: int = EOS_ID,
-                abacus_ids: tuple[jax.Array, jax.Array] | None = None) -> jax.Array:
+                abacus_ids: tuple[jax.Array, jax.Array] | None = None,
+                vocab_size: jax.Array | int | None = None) -> jax.Array:
     """Encoder-only: the argmax at every real output slot (PAD elsewhere), in one pass; with
     ``eos_steps_B`` ``[B]``, EOS at that slot and never at another (the oracle length)."""
     shape = (source_BxS.shape[0], target_positions_BxT.shape[1])
@@ -209,7 +217,7 @@ def slot_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.Arr
                          source_mask_BxS, target_mask_BxT, abacus_ids=abacus_ids)
     eos_steps_Bx1 = None if eos_steps_B is None else eos_steps_B[:, None]
     return _choose(logits_BxTxV, ~target_mask_BxT, pad_id, jnp.arange(shape[1])[None, :],
-                   eos_steps_Bx1, eos_id)
+                   eos_steps_Bx1, eos_id, vocab_size)
 
 
 def causal_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.Array,
@@ -217,7 +225,8 @@ def causal_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS
                          bos_id: int = BOS_ID, eos_id: int = EOS_ID, pad_id: int = PAD_ID,
                          eos_steps_B: jax.Array | None = None,
                          widths: Sequence[int] | None = None,
-                         abacus_ids: tuple[jax.Array, jax.Array] | None = None) -> jax.Array:
+                         abacus_ids: tuple[jax.Array, jax.Array] | None = None,
+                         vocab_size: jax.Array | int | None = None) -> jax.Array:
     """Decoder-only: prefill ``source SEP`` into the cache, then one token per step (in
     segments: the steps before ``widths[i]`` over the cache's first S + ``widths[i]`` slots).
 
@@ -245,7 +254,7 @@ def causal_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS
     cache = [{**layer_cache, "index": count_B + 1} for layer_cache in cache]
     graphdef, state = nnx.split(model)
     output_BxT, done_B = _first_state(batch, length, pad_id)
-    first_B = _choose(logits_BxV, done_B, pad_id, 0, eos_steps_B, eos_id)
+    first_B = _choose(logits_BxV, done_B, pad_id, 0, eos_steps_B, eos_id, vocab_size)
     output_BxT = output_BxT.at[:, 0].set(first_B)
     all_positions = jnp.broadcast_to(positions, (batch, width + length))
 
@@ -259,7 +268,7 @@ def causal_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS
                    jnp.take_along_axis(joint_ids, slot_B[:, None], axis=1))
         logits_BxV, cache = nnx.merge(graphdef, state).run_cached(
             tokens_Bx1, positions_Bx1, visible_Bx1xW, cache, abacus_ids_BxL=ids_Bx1)
-        next_B = _choose(logits_BxV, done_B, pad_id, step, eos_steps_B, eos_id)
+        next_B = _choose(logits_BxV, done_B, pad_id, step, eos_steps_B, eos_id, vocab_size)
         output_BxT = output_BxT.at[:, step].set(next_B)
         return step + 1, next_B[:, None], cache, output_BxT, done_B | (next_B == eos_id)
 

@@ -13,8 +13,8 @@ Members may differ in what ``config/stacking.py`` lists: seed, peak learning rat
 decay (traced scalars of the update), the task with its lengths, and plain against randomized
 positions. Tasks of different vocabularies share the
 program of the widest one: each member's state is padded to it and its loss taken over its own
-tokens (``padded_vocab.py``), so it still trains as its single run does (to rounding) and saves
-its own shapes. Plain members of a randomized program select plain positions from the same
+tokens (``model/padded_vocab.py``), so it still trains as its single run does (to rounding) and
+saves its own shapes. Plain members of a randomized program select plain positions from the same
 keys, so they too train as their single runs.
 
 A member that diverges is stopped and reported; the others go on. One process only: a grid is
@@ -47,6 +47,7 @@ from pe_research.config.validate import steps_per_call
 from pe_research.core.errors import ConfigError
 from pe_research.model import build_model, model_line
 from pe_research.model.factory import abstract_model
+from pe_research.model.padded_vocab import crop_to, pad_to, shapes_of, widest
 from pe_research.runs import provenance
 from pe_research.runs.checkpoint import abstract_like, run_checkpointer
 from pe_research.runs.lock import RunDirLock
@@ -69,7 +70,6 @@ from pe_research.training.loop import (
     start_from_source,
 )
 from pe_research.training.optimizer import MEMBER_SETTINGS
-from pe_research.training.padded_vocab import crop_to, pad_to, shapes_of, widest
 from pe_research.training.periodic_eval import PeriodicEvaluator
 from pe_research.training.program_memory import (
     budget_bytes,

@@ -43,9 +43,9 @@ from pe_research.model.metrics import (
     training_metrics,
 )
 from pe_research.model.metrics import summarize as summarize_sums
+from pe_research.model.padded_vocab import mask_logits
 from pe_research.runtime import member_sharded, replicated
 from pe_research.training.optimizer import make_optimizer
-from pe_research.training.padded_vocab import mask_logits
 
 Batch = Mapping[str, jax.Array]
 Metrics = dict[str, jax.Array]
@@ -62,7 +62,7 @@ def step_functions(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
     member's own ``learning_rate`` and ``weight_decay``, any of ``optimizer.MEMBER_SETTINGS``)
     replace the ``train`` block's; the optimizer state's structure does not depend on them.
     With a ``vocab_size`` (a member's own, below the model's) the loss and metrics are over
-    those tokens only (``padded_vocab``); with ``plain_positions`` True a member of a
+    those tokens only (``model/padded_vocab.py``); with ``plain_positions`` True a member of a
     randomized-positions program trains on plain ones.
     ``eval_step(params, batch, base_key)`` returns summable metric sums.
     """
@@ -71,8 +71,7 @@ def step_functions(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
     def loss_fn(params, batch, key, vocab_size, plain_positions):
         logits = forward(nnx.merge(graphdef, params, rest), batch, key, training=True,
                          plain=plain_positions)
-        if vocab_size is not None:
-            logits = mask_logits(logits, vocab_size)
+        logits = mask_logits(logits, vocab_size)
         loss = token_cross_entropy(logits, batch["target_output"],
                                    scored_mask(batch, predict_eos))
         return loss, logits

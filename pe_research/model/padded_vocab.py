@@ -1,11 +1,13 @@
 """Members of different vocabularies in one program: their state padded to the widest.
 
-A member whose task has V tokens of the program's V_max keeps its own parameters (initialised by
-a model of V tokens, as its single run's are) in the first V rows (or columns) of the token
-embedding and output projection, zeros beyond. Its logits beyond V are masked out of the loss
-and the metrics (``mask_logits``), so those rows get no gradient and, under Adam, no update:
-cropped back (``crop_to``), its state is the single run's. The optimizer state pads and crops
-alike, leaf by leaf.
+Members of one training program (``training/ensemble.py``) and of one evaluation program
+(``evaluation/range_eval.evaluate_members``) share a model padded to the widest member's
+vocabulary. A member whose task has V tokens of the program's V_max keeps its own parameters
+(initialised by a model of V tokens, as its single run's are) in the first V rows (or columns)
+of the token embedding and output projection, zeros beyond. Its logits beyond V are masked out
+of the loss, the metrics and the greedy choice (``mask_logits``), so those rows get no gradient
+and, under Adam, no update: cropped back (``crop_to``), its state is the single run's. The
+optimizer state pads and crops alike, leaf by leaf.
 """
 
 from __future__ import annotations
@@ -40,9 +42,12 @@ def crop_to(tree: Any, like: Any) -> Any:
     return jax.tree.map(crop, tree, like)
 
 
-def mask_logits(logits_BxTxV: jax.Array, vocab_size: jax.Array | int) -> jax.Array:
+def mask_logits(logits_BxTxV: jax.Array, vocab_size: jax.Array | int | None) -> jax.Array:
     """Logits with every token id >= ``vocab_size`` at the lowest float: it gets probability
-    exactly 0, and no gradient, so the loss is that of a model over ``vocab_size`` tokens."""
+    exactly 0, no gradient and is never the argmax, so the loss and greedy choice are those of a
+    model over ``vocab_size`` tokens (``None``: unchanged)."""
+    if vocab_size is None:
+        return logits_BxTxV
     ids = jnp.arange(logits_BxTxV.shape[-1])
     return jnp.where(ids < vocab_size, logits_BxTxV, jnp.finfo(logits_BxTxV.dtype).min)
 
