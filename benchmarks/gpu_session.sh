@@ -8,10 +8,11 @@
 # speed, each benchmark under its own time limit, each table saved as soon as it is done:
 #   the sweep throughput of configs/sweeps/randomized_pe_table.py at its own shape and the
 #   projected device-hours of the whole table (training, and evaluation as the report runs it:
-#   a grid point's 10 seeds together), twice: its first program (members of its first
-#   tasks, as the sweep stacks them; 1, 8, 32, 128 members, a count the device cannot hold
-#   skipped after its compile, with its memory in the row) and, as if every program cost as
-#   much, its costliest (duplicate_string, the longest sequences, on Transformer-XL; 30 members)
+#   the grid points that share a model, up to 32 runs a program), twice: its first program
+#   (members of its first tasks, as the sweep stacks them; 1, 8, 32, 128 members, a count the
+#   device cannot hold skipped after its compile, with its memory in the row) and, as if every
+#   program cost as much, its costliest (duplicate_string, the longest sequences, on
+#   Transformer-XL; 30 members)
 #   (THROUGHPUT_S each); the `large` shape's train step in bfloat16 with cuDNN attention (its
 #   MFU), and 1 against 32 ensemble members (SPEED_S each).
 # pilot: configs/sweeps/randomized_pe_pilot.py, one cell of that table (plain and randomized,

@@ -12,15 +12,17 @@ members' batches for a step; model-steps/s is M over their sum, as the training 
 one after the other. A count whose compiled step needs more memory than the device has is
 skipped (both sizes in its row), and so is every larger one; the projection uses the counts that
 fit. Then the evaluation at the point's eval lengths, compilation included, of one member and of
-the point's members together (an untrained model decodes to the longest length, so this bounds
-a trained model's time from above). Members differ in seed (``--stack seeds``: one grid point's
+the first program the sweep's report evaluates (the point's members and those of the grid points
+that share its model, up to this device's members per program: ``sweeps/report.py``; an
+untrained model decodes to the longest length, so this bounds a trained model's time from
+above). Members differ in seed (``--stack seeds``: one grid point's
 members, as ``pe-research sweep`` stacks them by default), or are drawn in turn from every grid
 point that stacks with the measured one (``--stack points``: tasks of several vocabularies, as
 ``--members-per-program`` stacks them).
 
 Projected for the whole sweep on this device, taking every grid point to cost what the measured
 one does, training (``train.steps`` per run) and evaluation (one program per run: runs x one
-member's; grouped: grid points x its members' together, as the sweep's report runs it). Training
+member's; grouped: the report's evaluation programs x the first one's). Training
 counts the step and its batches: evaluations during training, checkpoints and each length
 bucket's compile come on top, so the projection is a lower bound
 (benchmarks/RESULTS.md compares one with a sweep's measured time):
@@ -61,11 +63,12 @@ from pe_research.config import collect_overrides, from_mapping
 from pe_research.config.stacking import program_key
 from pe_research.config.validate import steps_per_call
 from pe_research.core.errors import UsageError
-from pe_research.evaluation.range_eval import default_lengths, evaluate_members
+from pe_research.evaluation.range_eval import default_lengths, evaluate_members, members_key
 from pe_research.model import build_model
 from pe_research.runs.restore import LoadedRun
 from pe_research.runtime import data_mesh, replicated
-from pe_research.sweeps.grouping import group_points
+from pe_research.sweeps.grouping import group_points, members_cap
+from pe_research.sweeps.report import evaluation_programs
 from pe_research.sweeps.spec import Point, SweepPlan, load_sweep
 from pe_research.tasks import get_task
 
@@ -143,9 +146,16 @@ def data_seconds(configs: Sequence[Any], steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
+def evaluation_programs_of(plan: SweepPlan) -> list[list[Any]]:
+    """The configs of every run in the programs the sweep's report evaluates, on this device."""
+    points = [(members_key(from_mapping(copy.deepcopy(p.members[0].config))),
+               [member.config for member in p.members]) for p in plan.points]
+    return evaluation_programs(points, members_cap("auto", "local", {}))
+
+
 def eval_seconds(configs: Sequence[Any]) -> float:
     """Wall seconds of the evaluation of untrained members ``configs`` at their eval lengths,
-    together as the sweep's report evaluates a grid point's members, compile included."""
+    in one program as the sweep's report evaluates them, compile included."""
     mesh = data_mesh()
     with tempfile.TemporaryDirectory(prefix="sweep_throughput_") as root:
         runs = []
@@ -218,17 +228,21 @@ def main() -> None:
         print("\nno member count fits this device's memory; nothing to project")
         return
     alone = eval_seconds([config])
-    together = alone if grouped == 1 else eval_seconds(
-        [from_mapping(copy.deepcopy(member.config)) for member in point.members])
+    programs = evaluation_programs_of(plan)
+    first = next(p for p in programs if point.members[0].config in p)
+    together = alone if len(first) == 1 else eval_seconds(
+        [from_mapping(copy.deepcopy(member)) for member in first])
+    tasks_in_first = len({member["task"]["name"] for member in first})
     print(f"evaluation at {len(default_lengths(config))} lengths (untrained, compile included): "
-          f"one member {alone:.1f} s" + ("" if grouped == 1 else
-                                         f"; the grid point's {grouped} members together, as "
-                                         f"the sweep's report evaluates them, {together:.1f} s"))
+          f"one member {alone:.1f} s" + ("" if len(first) == 1 else
+                                         f"; the report's {len(programs):,} programs, the "
+                                         f"first of {len(first)} runs ({tasks_in_first} tasks) "
+                                         f"{together:.1f} s"))
 
     model_steps = plan.runs * train_steps
-    # One program per run is evaluated run by run; a sweep's report evaluates each grid
-    # point's members together, however its training was grouped.
-    per_run, per_point = plan.runs * alone, len(plan.points) * together
+    # One program per run is evaluated run by run; a sweep's report evaluates its runs in
+    # programs of grid points that share a model, however their training was grouped.
+    per_run, grouped_eval = plan.runs * alone, len(programs) * together
     best = max(rate, key=rate.get)
     print(f"\nprojected for the whole sweep ({model_steps:,} model-steps), hours on this device "
           "(training: steps and their batches, a lower bound):")
@@ -239,11 +253,11 @@ def main() -> None:
     for label, programs, training, evaluation in (
             ("one program per run", plan.runs, model_steps / rate[1], per_run),
             ("one per grid point (pe-research sweep)", len(plan.points),
-             model_steps / rate[grouped] if grouped in rate else None, per_point),
+             model_steps / rate[grouped] if grouped in rate else None, grouped_eval),
             (f"--members-per-program {best}", len(stacked),
              sum(train_steps * size / nearest_rate(rate, size)
                  for size in (sum(len(plan.points[i].members) for i in group)
-                              for group in stacked)), per_point)):
+                              for group in stacked)), grouped_eval)):
         if training is None:  # its program's step was skipped above
             print(f"| {label} | {programs:,} | does not fit | {hours(evaluation)} | - |")
             continue

@@ -369,13 +369,14 @@ def test_sweep_throughput_measures_each_member_count_and_projects_the_sweep(tmp_
     # Grouped: the two RoPE points share a program once it holds their 4 members, never ALiBi.
     assert [row[1] for row in projected] == ["6", "3", "2" if best == 4 else "3"]
     stacked = (4 * 30 / rate[4] + 2 * 30 / rate[2]) if best == 4 else 6 * 30 / rate[2]
-    # Evaluation: run by run for one program per run, else the report's per grid point.
+    # Evaluation: run by run for one program per run, else the report's programs: the two
+    # RoPE points' 4 runs together, ALiBi's 2 apart.
     alone, together = (float(value) for value in re.search(
-        r"one member ([0-9.]+) s; the grid point's 2 members together, as the sweep's report "
-        r"evaluates them, ([0-9.]+) s", out).groups())
+        r"one member ([0-9.]+) s; the report's 2 programs, the first of 4 runs \(2 tasks\) "
+        r"([0-9.]+) s", out).groups())
     for row, seconds, evaluated in zip(
             projected, (6 * 30 / rate[1], 6 * 30 / rate[2], stacked),
-            (6 * alone, 3 * together, 3 * together), strict=True):
+            (6 * alone, 2 * together, 2 * together), strict=True):
         training, evaluation, total = (float(cell) for cell in row[2:])
         assert training == pytest.approx(seconds / 3600, rel=0.02)
         assert evaluation == pytest.approx(evaluated / 3600, rel=0.05, abs=1e-4)

@@ -207,7 +207,8 @@ def test_members_evaluated_in_one_program_score_as_the_single_run(lm_run, budget
     run = load_run(lm_run, "latest")
     single = evaluate_run(run, (16, 64))
     members = [load_run(lm_run, "latest"), run]
-    members[0].config.eval.memory_budget_gb = budget_gb  # the first member's config plans
+    for member in members:  # members of one program share their evaluation settings
+        member.config.eval.memory_budget_gb = budget_gb
     results = evaluate_members(members, (16, 64))
     rows = {shape[0] for shape in results[0].compiled_shapes}
     assert rows == ({1} if budget_gb else {16})  # a tiny budget splits batches down to 1 row

@@ -1,9 +1,11 @@
 """The end of a sweep: evaluate every finished member over ``eval.lengths``, then compare.
 
-Each grid point's members are evaluated together (``evaluate_members``: one program, vmapped
-over members) and each gets ``RUN_DIR/eval/eval.{json,csv,png}`` as ``pe-research eval``
-writes them. Runs are then compared per task and training range, grouped by the swept keys
-that split them (mean ± std and max over seeds):
+Runs are evaluated together (``evaluate_members``: one program, vmapped over members): a grid
+point's members, and the grid points that share the model but for the task, seed, learning rate
+or weight decay (``members_key``), in grid order, up to the members per program measured for
+this device (``MEMBERS_PER_PROGRAM``); each run gets ``RUN_DIR/eval/eval.{json,csv,png}`` as
+``pe-research eval`` writes them. Runs are then compared per task and training range, grouped
+by the swept keys that split them (mean ± std and max over seeds):
 ``SWEEP_DIR/report/<task>/comparison.{md,csv,png}``, and every table in
 ``SWEEP_DIR/report/summary.md``. A sweep over several tasks also gets the papers'
 table (``evaluation/paper_table.py``): ``SWEEP_DIR/report/paper_table.{md,csv,png}``.
@@ -14,18 +16,22 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from pe_research.config import from_mapping
 from pe_research.config.naming import value_name
 from pe_research.core.atomic_files import atomic_write_text
 from pe_research.evaluation.compare import compare_runs
 from pe_research.evaluation.grouping import config_value, has_key
 from pe_research.evaluation.paper_table import write_paper_table
-from pe_research.evaluation.range_eval import evaluate_members
+from pe_research.evaluation.range_eval import evaluate_members, members_key
 from pe_research.evaluation.results import write_results
 from pe_research.runs.restore import load_run
 from pe_research.runs.run_dir import RunDir, read_run_config
+from pe_research.sweeps.grouping import members_cap
 from pe_research.sweeps.state import SweepDir, refresh
+
+T = TypeVar("T")
 
 
 def needs_eval(run_dir: Path) -> bool:
@@ -38,11 +44,29 @@ def needs_eval(run_dir: Path) -> bool:
     return results.stat().st_mtime < newest
 
 
-def evaluate_point(run_dirs: Sequence[Path]) -> None:
-    """Evaluate a grid point's finished members together and write each one's results."""
+def evaluate_together(run_dirs: Sequence[Path]) -> None:
+    """Evaluate finished runs in one program and write each one's results."""
     runs = [load_run(run_dir) for run_dir in run_dirs]
     for run, result in zip(runs, evaluate_members(runs), strict=True):
         write_results(run, result)
+
+
+def evaluation_programs(points: Sequence[tuple[str, Sequence[T]]], cap: int) -> list[list[T]]:
+    """Grid points' runs to evaluate, ``(members_key, runs)`` per point in grid order, in
+    programs: points of one key go together up to ``cap`` runs a program; a point larger than
+    the cap keeps a program of its own."""
+    open_programs: dict[str, list[T]] = {}  # the last program of each key
+    programs: list[list[T]] = []
+    for key, runs in points:
+        if not runs:
+            continue
+        program = open_programs.get(key)
+        if program is not None and len(program) + len(runs) <= cap:
+            program.extend(runs)
+            continue
+        open_programs[key] = list(runs)
+        programs.append(open_programs[key])
+    return programs
 
 
 def comparison_groups(manifest: Mapping[str, Any], root: Path) -> dict[str, list[Path]]:
@@ -101,12 +125,15 @@ def report(sweep_dir: SweepDir, *, reevaluate: bool = False) -> dict[str, Path]:
     """Evaluate what is unevaluated, write the comparisons; ``{task: comparison.md}`` and the
     summary under ``'summary'``."""
     manifest = refresh(sweep_dir)
+    todo = []
     for point in manifest["grid"]:
-        done = [sweep_dir.root / relative for relative, run in manifest["runs"].items()
-                if run["point"] == point["index"] and run["state"] == "done"]
-        todo = [run_dir for run_dir in done if reevaluate or needs_eval(run_dir)]
-        if todo:
-            evaluate_point(todo)
+        run_dirs = [sweep_dir.root / relative for relative, run in manifest["runs"].items()
+                    if run["point"] == point["index"] and run["state"] == "done"
+                    and (reevaluate or needs_eval(sweep_dir.root / relative))]
+        if run_dirs:
+            todo.append((members_key(from_mapping(read_run_config(run_dirs[0]))), run_dirs))
+    for run_dirs in evaluation_programs(todo, members_cap("auto", "local", {})):
+        evaluate_together(run_dirs)
     keys = list(manifest["swept_keys"]) + (["train.learning_rate"]
                                            if manifest["learning_rates"] else [])
     written: dict[str, Path] = {}
