@@ -63,7 +63,8 @@ from pe_research.config import collect_overrides, from_mapping
 from pe_research.config.stacking import program_key
 from pe_research.config.validate import steps_per_call
 from pe_research.core.errors import UsageError
-from pe_research.evaluation.range_eval import default_lengths, evaluate_members, members_key
+from pe_research.evaluation.members_eval import evaluate_members, members_key
+from pe_research.evaluation.range_eval import default_lengths
 from pe_research.model import build_model
 from pe_research.runs.restore import LoadedRun
 from pe_research.runtime import data_mesh, replicated

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # what IDEs and type checkers see; at run time each is imported on first use
     from pe_research.config.files import load_config
     from pe_research.evaluation.compare import compare_runs
-    from pe_research.evaluation.range_eval import evaluate_members
+    from pe_research.evaluation.members_eval import evaluate_members
     from pe_research.evaluation.range_eval import evaluate_run as evaluate
     from pe_research.runs.export import export_run
     from pe_research.runs.restore import load_run
@@ -44,7 +44,7 @@ _PUBLIC = {
     "train_ensemble": ("pe_research.training.ensemble", "train_ensemble"),
     "load_run": ("pe_research.runs.restore", "load_run"),
     "evaluate": ("pe_research.evaluation.range_eval", "evaluate_run"),
-    "evaluate_members": ("pe_research.evaluation.range_eval", "evaluate_members"),
+    "evaluate_members": ("pe_research.evaluation.members_eval", "evaluate_members"),
     "compare_runs": ("pe_research.evaluation.compare", "compare_runs"),
     "export_run": ("pe_research.runs.export", "export_run"),
 }

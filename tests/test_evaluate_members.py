@@ -15,7 +15,8 @@ from flax import nnx
 from pe_research import data
 from pe_research.config import from_mapping, load_config
 from pe_research.evaluation.batch_statistics import example_statistics
-from pe_research.evaluation.range_eval import evaluate_members, evaluate_run, members_key
+from pe_research.evaluation.members_eval import evaluate_members, members_key
+from pe_research.evaluation.range_eval import evaluate_run
 from pe_research.model import build_model
 from pe_research.model.decoding import greedy_decode
 from pe_research.model.inputs import batch_positions

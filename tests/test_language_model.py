@@ -20,7 +20,8 @@ from conftest import REPO, load_experiment, train_here  # noqa: E402
 from pe_research import cli, data  # noqa: E402
 from pe_research.config import base_config, validate_config  # noqa: E402
 from pe_research.core.errors import ConfigError, UsageError  # noqa: E402
-from pe_research.evaluation.range_eval import evaluate_members, evaluate_run  # noqa: E402
+from pe_research.evaluation.members_eval import evaluate_members  # noqa: E402
+from pe_research.evaluation.range_eval import evaluate_run  # noqa: E402
 from pe_research.evaluation.results import read_results  # noqa: E402
 from pe_research.model.inputs import batch_positions, eval_position_key  # noqa: E402
 from pe_research.model.metrics import METRICS, summarize  # noqa: E402

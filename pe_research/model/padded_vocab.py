@@ -1,7 +1,7 @@
 """Members of different vocabularies in one program: their state padded to the widest.
 
 Members of one training program (``training/ensemble.py``) and of one evaluation program
-(``evaluation/range_eval.evaluate_members``) share a model padded to the widest member's
+(``evaluation/members_eval.py``) share a model padded to the widest member's
 vocabulary. A member whose task has V tokens of the program's V_max keeps its own parameters
 (initialised by a model of V tokens, as its single run's are) in the first V rows (or columns)
 of the token embedding and output projection, zeros beyond. Its logits beyond V are masked out

@@ -23,8 +23,8 @@ from pe_research.config.naming import value_name
 from pe_research.core.atomic_files import atomic_write_text
 from pe_research.evaluation.compare import compare_runs
 from pe_research.evaluation.grouping import config_value, has_key
+from pe_research.evaluation.members_eval import evaluate_members, members_key
 from pe_research.evaluation.paper_table import write_paper_table
-from pe_research.evaluation.range_eval import evaluate_members, members_key
 from pe_research.evaluation.results import write_results
 from pe_research.runs.restore import load_run
 from pe_research.runs.run_dir import RunDir, read_run_config

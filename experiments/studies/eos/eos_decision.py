@@ -30,8 +30,8 @@ from matplotlib.figure import Figure
 from pe_research.cli.eval import parse_lengths
 from pe_research.cli.script import run_script, write_outputs
 from pe_research.core.errors import UsageError
+from pe_research.evaluation.members_eval import evaluate_members
 from pe_research.evaluation.plots import mark_training_range
-from pe_research.evaluation.range_eval import evaluate_members
 from pe_research.evaluation.results import read_rows, write_results
 from pe_research.runs.restore import load_run
 from pe_research.runs.run_dir import grid_point_runs, load_run_config
