@@ -10,8 +10,8 @@ benchmarks/sweep_throughput.py); ``point`` (the default) keeps one program per g
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from pe_research.config.stacking import program_key, randomized_range, ranges_stack
 from pe_research.core.errors import ConfigError
@@ -20,6 +20,7 @@ from pe_research.sweeps.spec import Point
 # Members per program with the most model-steps per second (CPU: 2 cores; GPU: H200, the
 # default config's 32 members; figures in docs/performance.md).
 MEMBERS_PER_PROGRAM = {"cpu": 8, "gpu": 32, "tpu": 32}
+T = TypeVar("T")
 CHOICES = ("point", "auto")
 
 
@@ -55,6 +56,25 @@ def members_cap(setting: int | str, executor: str, slurm: Mapping[str, Any]) -> 
     return MEMBERS_PER_PROGRAM.get(device, MEMBERS_PER_PROGRAM["cpu"])
 
 
+def fill_in_order(entries: Sequence[tuple[str, int, T]], cap: int,
+                  joins: Callable[[list[T], T], bool] | None = None) -> list[list[T]]:
+    """Items ``(key, size, item)`` in order into groups: an item joins the last group of its
+    key while the group's sizes stay within ``cap`` (and ``joins(group, item)``), else opens a
+    new one; an item larger than the cap has a group of its own."""
+    open_groups: dict[str, tuple[list[T], list[int]]] = {}  # the last group of each key
+    groups: list[list[T]] = []
+    for key, size, item in entries:
+        last = open_groups.get(key)
+        if last is not None and sum(last[1]) + size <= cap and (
+                joins is None or joins(last[0], item)):
+            last[0].append(item)
+            last[1].append(size)
+            continue
+        open_groups[key] = ([item], [size])
+        groups.append(open_groups[key][0])
+    return groups
+
+
 def group_points(points: Sequence[Point], indices: Sequence[int], cap: int) -> list[list[int]]:
     """The grid points ``indices`` in programs: points that can stack, in grid order, up to
     ``cap`` members a program (a point larger than the cap keeps a program of its own; 0: one
@@ -62,18 +82,11 @@ def group_points(points: Sequence[Point], indices: Sequence[int], cap: int) -> l
     by_index = {point.index: point for point in points}
     if cap <= 0:
         return [[index] for index in indices]
-    open_groups: dict[str, list[int]] = {}  # the last group of each program key
-    groups: list[list[int]] = []
-    for index in indices:
-        key = program_key(by_index[index].members[0].config)
-        group = open_groups.get(key)
-        if group is not None:
-            candidate = [*group, index]
-            members = sum(len(by_index[i].members) for i in candidate)
-            ranges = [randomized_range(by_index[i].members[0].config) for i in candidate]
-            if members <= cap and ranges_stack(ranges):
-                group.append(index)
-                continue
-        open_groups[key] = [index]
-        groups.append(open_groups[key])
-    return groups
+
+    def ranges_join(group: list[int], index: int) -> bool:
+        return ranges_stack([randomized_range(by_index[i].members[0].config)
+                             for i in [*group, index]])
+
+    return fill_in_order([(program_key(by_index[index].members[0].config),
+                           len(by_index[index].members), index) for index in indices],
+                         cap, ranges_join)

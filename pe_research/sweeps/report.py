@@ -28,7 +28,7 @@ from pe_research.evaluation.paper_table import write_paper_table
 from pe_research.evaluation.results import write_results
 from pe_research.runs.restore import load_run
 from pe_research.runs.run_dir import RunDir, read_run_config
-from pe_research.sweeps.grouping import members_cap
+from pe_research.sweeps.grouping import fill_in_order, members_cap
 from pe_research.sweeps.state import SweepDir, refresh
 
 T = TypeVar("T")
@@ -55,18 +55,8 @@ def evaluation_programs(points: Sequence[tuple[str, Sequence[T]]], cap: int) -> 
     """Grid points' runs to evaluate, ``(members_key, runs)`` per point in grid order, in
     programs: points of one key go together up to ``cap`` runs a program; a point larger than
     the cap keeps a program of its own."""
-    open_programs: dict[str, list[T]] = {}  # the last program of each key
-    programs: list[list[T]] = []
-    for key, runs in points:
-        if not runs:
-            continue
-        program = open_programs.get(key)
-        if program is not None and len(program) + len(runs) <= cap:
-            program.extend(runs)
-            continue
-        open_programs[key] = list(runs)
-        programs.append(open_programs[key])
-    return programs
+    groups = fill_in_order([(key, len(runs), runs) for key, runs in points if runs], cap)
+    return [[run for runs in group for run in runs] for group in groups]
 
 
 def comparison_groups(manifest: Mapping[str, Any], root: Path) -> dict[str, list[Path]]:
