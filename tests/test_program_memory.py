@@ -54,10 +54,12 @@ def test_a_job_whose_members_do_not_fit_trains_them_as_programs_that_do(tmp_path
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"sweep {workdir}: 1 grid point x 4 members = 4 runs; 1 grid point to run (" \
         in result.stdout
+    split = (f"4 members need {gb(four)} GB in one program, above the {gb(budget)} GB budget "
+             "(train.memory_budget_gb): training them as 2 programs of up to 2")
+    assert result.stdout.count(f"pe.type=rope: {split}") == 1  # the driver's console says it
     log = next((workdir / "logs").iterdir()).read_text()
     assert log.count("members need") == 1, log[-3000:]
-    assert (f"4 members need {gb(four)} GB in one program, above the {gb(budget)} GB budget "
-            "(train.memory_budget_gb): training them as 2 programs of up to 2") in log
+    assert split in log
     assert log.count("ensemble of 2 members") == 2
     assert set(manifest_states(workdir).values()) == {"done"}
     for run in manifest_states(workdir):

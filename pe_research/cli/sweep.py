@@ -101,7 +101,8 @@ FILE_REDRAW_S = 60.0
 
 
 class Progress:
-    """A live line: training steps done over all runs (so an ETA), and run counts by state.
+    """A live line: training steps done over all runs (so an ETA), and run counts by state;
+    above it, once, each note a worker leaves (a program split to fit its device).
 
     Written to a file (nohup, a batch job), the line is redrawn once a minute and whenever a
     run changes state, rather than on every poll.
@@ -115,14 +116,21 @@ class Progress:
                         mininterval=1.0 if sys.stderr.isatty() else FILE_REDRAW_S, position=0)
         self.base: int | None = None
         self.shown = ""
+        self.noted: set[tuple[str, ...]] = set()
 
     def tick(self) -> None:
         manifest = refresh(self.sweep_dir)
         runs = manifest["runs"].values()
         done = sum(run["progress"] for run in runs)
+        notes = {(note, *names) for note, names in manifest["notes"].items()}
         if self.base is None:  # steps trained before this launch do not count towards speed
             self.base = done
             self.bar.reset(total=sum(run["steps"] for run in runs) - done)
+            self.noted = notes  # a note of an earlier launch is not news
+        for note, *names in sorted(notes - self.noted):
+            more = f" (+{counted(len(names) - 1, 'grid point')})" if len(names) > 1 else ""
+            self.bar.write(f"{names[0]}{more}: {note}")
+        self.noted |= notes
         self.bar.n = done - self.base
         state = counts(manifest)
         runs_line = (f"runs: {state['done']} done, {state['running']} running, "

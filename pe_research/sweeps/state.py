@@ -200,13 +200,17 @@ def run_states(sweep_dir: SweepDir, index: int) -> list[dict[str, Any]]:
 
 
 def refresh(sweep_dir: SweepDir) -> dict[str, Any]:
-    """Re-derive every run's state into the manifest; returns the manifest."""
+    """Re-derive every run's state into the manifest, and the notes its workers left (``{note:
+    [grid point names]}``: a program split to fit its device); returns the manifest."""
     manifest = sweep_dir.read_manifest()
-    manifest["runs"] = {}
+    manifest["runs"], manifest["notes"] = {}, {}
     for point in manifest["grid"]:
         for row in run_states(sweep_dir, point["index"]):
             relative = os.path.relpath(row.pop("dir"), sweep_dir.root)
             manifest["runs"][relative] = {"point": point["index"], **row}
+        note = sweep_dir.read_state(point["index"]).get("note")
+        if note:
+            manifest["notes"].setdefault(note, []).append(point["name"])
     manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     atomic_write_text(sweep_dir.manifest, json.dumps(manifest, indent=1) + "\n")
     return manifest

@@ -76,10 +76,13 @@ def run_point(sweep_dir: str | Path, index: int | Sequence[int]) -> dict[str, An
                         outcome[str(run_dir)] = {"state": "failed", "error": message}
             except ProgramMemoryError as error:
                 programs[:0] = [runs[i:i + error.fit] for i in range(0, len(runs), error.fit)]
-                print(f"{len(runs)} members need {gb(error.needed)} GB in one program, above "
-                      f"the {gb(error.budget)} GB budget (train.memory_budget_gb): training "
-                      f"them as {-(-len(runs) // error.fit)} programs of up to {error.fit}",
-                      flush=True)
+                note = (f"{len(runs)} members need {gb(error.needed)} GB in one program, above "
+                        f"the {gb(error.budget)} GB budget (train.memory_budget_gb): training "
+                        f"them as {-(-len(runs) // error.fit)} programs of up to {error.fit}")
+                print(note, flush=True)
+                for i, state in states.items():  # the driver's console shows it too
+                    state["note"] = note
+                    paths.write_state(i, state)
                 continue
             for run in runs:
                 outcome.setdefault(run["dir"], {"state": "done", "error": None})
