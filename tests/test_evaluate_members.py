@@ -93,16 +93,18 @@ def test_a_model_padded_with_winning_tokens_scores_as_its_own_over_its_vocabular
     key = jax.random.key(3)
 
     def statistics(graphdef, params, rest, vocab_size=None):
-        model = nnx.merge(graphdef, params, rest)
-        return example_statistics(model, batch, key, oracle_length=True, vocab_size=vocab_size)
+        return jax.jit(lambda params: example_statistics(
+            nnx.merge(graphdef, params, rest), batch, key, oracle_length=True,
+            vocab_size=vocab_size))(params)
 
     def decoded(graphdef, params, rest, vocab_size=None):
-        model = nnx.merge(graphdef, params, rest)
-        source, target = batch_positions(model.config.pe, batch, key, training=False,
-                                         architecture=architecture)
-        return np.asarray(greedy_decode(model, batch["source"], source, batch["source_mask"],
-                                        target, target_mask_BxT=batch["target_mask"],
-                                        vocab_size=vocab_size))
+        def decode(params):
+            model = nnx.merge(graphdef, params, rest)
+            source, target = batch_positions(model.config.pe, batch, key, training=False,
+                                             architecture=architecture)
+            return greedy_decode(model, batch["source"], source, batch["source_mask"], target,
+                                 target_mask_BxT=batch["target_mask"], vocab_size=vocab_size)
+        return np.asarray(jax.jit(decode)(params))
 
     want = statistics(graphdef, narrow_params, rest)
     got = statistics(wide_graphdef, padded, wide_rest, jnp.int32(size))
