@@ -15,7 +15,11 @@ from flax import nnx
 from pe_research import data
 from pe_research.config import from_mapping, load_config
 from pe_research.evaluation.batch_statistics import example_statistics
-from pe_research.evaluation.members_eval import evaluate_members, members_key
+from pe_research.evaluation.members_eval import (
+    check_evaluated_together,
+    evaluate_members,
+    members_key,
+)
 from pe_research.evaluation.range_eval import evaluate_run
 from pe_research.model import build_model
 from pe_research.model.decoding import greedy_decode
@@ -153,4 +157,13 @@ def test_runs_that_cannot_share_a_program_are_refused_before_anything_runs(tmp_p
             untrained_run(tmp_path / "b", config_of("copy", 1, "--config.model.d_model=32"))]
     with pytest.raises(ValueError, match="differ in model.d_model; evaluate them apart"):
         evaluate_members(runs)
-    assert not any((tmp_path / name).exists() for name in ("a", "b"))
+    # other training lengths and no eval lengths: other default lengths, unless some are given
+    unset = ("--config.eval.lengths=()",)
+    short, long = (untrained_run(tmp_path / name, config_of("copy", seed, *unset, lengths))
+                   for seed, (name, lengths) in enumerate(
+                       [("c", "--config.data.train_lengths=(1,6)"),
+                        ("d", "--config.data.train_lengths=(1,8)")]))
+    with pytest.raises(ValueError, match="randomized range, decoding or eval lengths"):
+        check_evaluated_together([short, long])
+    check_evaluated_together([short, long], (4, 8))
+    assert not any((tmp_path / name).exists() for name in "abcd")

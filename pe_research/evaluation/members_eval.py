@@ -42,22 +42,24 @@ from pe_research.runs.run_dir import RunDir
 from pe_research.runtime import batch_multiple
 
 
-def members_key(config: ml_collections.ConfigDict) -> str:
+def members_key(config: ml_collections.ConfigDict,
+                lengths: Sequence[int] | None = None) -> str:
     """What runs evaluated in one program (``evaluate_members``) share, as text: every setting
     but those members of a training program may differ in (``config/stacking.py``: seed,
     learning rate, weight decay, task), and the randomized range, whether the task decodes and
-    the eval lengths, which those settings would leave free."""
+    the eval lengths (``lengths``, else the config's), which those settings would leave free."""
     nested = config.to_dict()
     return json.dumps([program_key(nested), randomized_range(nested), task_decodes(config),
-                       list(default_lengths(config))])
+                       [int(n) for n in lengths or default_lengths(config)]])
 
 
-def check_evaluated_together(runs: Sequence[LoadedRun]) -> None:
+def check_evaluated_together(runs: Sequence[LoadedRun],
+                             lengths: Sequence[int] | None = None) -> None:
     """ValueError naming the first run that cannot be evaluated in one program with the first
-    (``members_key``)."""
-    first = members_key(runs[0].config)
+    (``members_key``) at ``lengths`` (default: each run's own)."""
+    first = members_key(runs[0].config, lengths)
     for run in runs[1:]:
-        if members_key(run.config) != first:
+        if members_key(run.config, lengths) != first:
             difference = first_difference(runs[0].config.to_dict(), run.config.to_dict())
             raise ValueError(f"{run.run_dir} cannot be evaluated in one program with "
                              f"{runs[0].run_dir}: they differ in "
@@ -78,7 +80,7 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
     length gets batches of padding rows, which count nothing); a batch whose estimate exceeds
     the members' share of ``eval.memory_budget_gb`` is split as in ``RangeEvaluator``.
     """
-    check_evaluated_together(runs)
+    check_evaluated_together(runs, lengths)
     sizes = [run.task.vocabulary.size for run in runs]
     wide = runs[widest(sizes)]
     first = wide.config
