@@ -172,9 +172,12 @@ def worker_alive(state: Mapping[str, Any]) -> bool:
     return True
 
 
-def run_states(sweep_dir: SweepDir, index: int) -> list[dict[str, Any]]:
-    """``[{"dir", "state", "step", "steps", "error"}]`` for each run of grid point ``index``."""
-    plan, state = sweep_dir.read_point(index), sweep_dir.read_state(index)
+def run_states(sweep_dir: SweepDir, index: int,
+               state: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """``[{"dir", "state", "step", "steps", "error"}]`` for each run of grid point ``index``
+    (``state``: the point's recorded state, when already read)."""
+    plan = sweep_dir.read_point(index)
+    state = sweep_dir.read_state(index) if state is None else state
     alive = worker_alive(state)
     rows = []
     for run in plan["runs"]:
@@ -205,12 +208,12 @@ def refresh(sweep_dir: SweepDir) -> dict[str, Any]:
     manifest = sweep_dir.read_manifest()
     manifest["runs"], manifest["notes"] = {}, {}
     for point in manifest["grid"]:
-        for row in run_states(sweep_dir, point["index"]):
+        state = sweep_dir.read_state(point["index"])
+        for row in run_states(sweep_dir, point["index"], state):
             relative = os.path.relpath(row.pop("dir"), sweep_dir.root)
             manifest["runs"][relative] = {"point": point["index"], **row}
-        note = sweep_dir.read_state(point["index"]).get("note")
-        if note:
-            manifest["notes"].setdefault(note, []).append(point["name"])
+        if state.get("note"):
+            manifest["notes"].setdefault(state["note"], []).append(point["name"])
     manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     atomic_write_text(sweep_dir.manifest, json.dumps(manifest, indent=1) + "\n")
     return manifest
