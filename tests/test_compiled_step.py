@@ -90,19 +90,21 @@ PARAMS = {"attention": {"kernel": jnp.linspace(-1.0, 1.0, 12).reshape(4, 3),
           "scale": jnp.asarray([2.0, 3.0])}
 
 
-def run_optimizer(steps: int = 4, **changes: float):
-    """Parameters after ``steps`` jitted updates with gradients sin(k p) * 3."""
-    optimizer = make_optimizer({**BLOCK_DEFAULTS["train"], "warmup_steps": 2, **changes})
+def run_optimizer(steps: int = 4, traced: tuple[str, ...] = (), **changes: float):
+    """Parameters after ``steps`` jitted updates with gradients sin(k p) * 3; the settings
+    named in ``traced`` are arguments of the program, as an ensemble member's own are."""
+    train = {**BLOCK_DEFAULTS["train"], "warmup_steps": 2, **changes}
+    own = {key: jnp.float32(train[key]) for key in traced}
 
     @jax.jit
-    def update(params, state, k):
+    def update(params, state, k, own):
         grads = jax.tree.map(lambda p: jnp.sin(k * p) * 3.0, params)
-        updates, state = optimizer.update(grads, state, params)
+        updates, state = make_optimizer({**train, **own}).update(grads, state, params)
         return optax.apply_updates(params, updates), state
 
-    params, state = PARAMS, optimizer.init(PARAMS)
+    params, state = PARAMS, make_optimizer(train).init(PARAMS)
     for k in range(1, steps + 1):
-        params, state = update(params, state, float(k))
+        params, state = update(params, state, float(k), own)
     return params
 
 
@@ -114,6 +116,17 @@ def test_weight_decay_moves_matrices_and_leaves_vectors_alone():
     np.testing.assert_array_equal(decayed["attention"]["bias"], plain["attention"]["bias"])
     np.testing.assert_array_equal(decayed["scale"], plain["scale"])
     assert not np.allclose(decayed["attention"]["kernel"], plain["attention"]["kernel"])
+
+
+@pytest.mark.parametrize("clip_norm", [0.0, 0.5])
+def test_a_members_traced_clipping_norm_clips_as_the_configs_and_zero_clips_nothing(clip_norm):
+    """The gradients' norm is 7-9.4, so 0.5 clips every update and 0 none."""
+    traced = run_optimizer(traced=("clip_norm",), clip_norm=clip_norm)
+    for got, want in zip(jax.tree.leaves(traced), jax.tree.leaves(
+            run_optimizer(clip_norm=clip_norm)), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    assert not np.allclose(run_optimizer(clip_norm=0.5)["attention"]["kernel"],
+                           run_optimizer(clip_norm=0.0)["attention"]["kernel"])
 
 
 def test_the_logged_gradient_norm_is_the_norm_of_all_gradients():

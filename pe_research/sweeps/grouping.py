@@ -1,7 +1,7 @@
 """Grid points into programs: points whose members can train stacked share one job.
 
 Two grid points go into one program when their members' configs differ only in what
-``config/stacking.py`` lets members of a program differ in (seed, learning rate, weight decay,
+``config/stacking.py`` lets members of a program differ in (seed, the optimizer's scalars,
 task and its lengths, plain or randomized positions of one range), so the program's parameter
 shapes are one; a program holds at most ``members_per_program`` members. ``auto`` takes the cap
 measured for the device the jobs run on (``MEMBERS_PER_PROGRAM``, measured by

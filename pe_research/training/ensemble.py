@@ -1,4 +1,4 @@
-"""Ensembles: M members in one program, differing in seed, learning rate, weight decay and task.
+"""Ensembles: M members in one program, differing in seed, optimizer scalars and task.
 
 Parameters and optimizer state carry a leading member axis, sharded over the mesh's ``members``
 axis; the train step is the single run's step under ``jax.vmap``. Member k draws its own data
@@ -9,10 +9,10 @@ each member draws its own length and all are padded to the largest member's buck
 masked, so a member's numbers do not change; dropout masks do depend on the padded width, so
 with dropout a member matches its single run in distribution, not bit for bit).
 
-Members may differ in what ``config/stacking.py`` lists: seed, peak learning rate and weight
-decay (traced scalars of the update), the task with its lengths, and plain against randomized
-positions. Tasks of different vocabularies share the
-program of the widest one: each member's state is padded to it and its loss taken over its own
+Members may differ in what ``config/stacking.py`` lists: seed, peak learning rate, weight
+decay and clipping norm (traced scalars of the update), the task with its lengths, and plain
+against randomized positions. Tasks of different vocabularies share the program of the widest
+one: each member's state is padded to it and its loss taken over its own
 tokens (``model/padded_vocab.py``), so it still trains as its single run does (to rounding) and
 saves its own shapes. Plain members of a randomized program select plain positions from the same
 keys, so they too train as their single runs.
@@ -112,7 +112,7 @@ def check_members(configs: Sequence[ml_collections.ConfigDict]) -> None:
                   if stacked(key) and not key.startswith("wandb.")]) for c in configs]
     if len(set(runs)) != len(runs):
         raise ConfigError("seed", [int(c.seed) for c in configs], "members need distinct seeds "
-                          "(or learning rates, weight decays, tasks or lengths)")
+                          "(or optimizer settings, tasks or lengths)")
 
 
 def member_shapes(configs: Sequence[ml_collections.ConfigDict],

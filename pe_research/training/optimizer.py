@@ -6,11 +6,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import optax
 
 # The optimizer settings members of one program may each have their own of: scalars the update
 # reads, passed to the stacked step as traced values (``training/step.py``).
-MEMBER_SETTINGS = ("learning_rate", "weight_decay")
+MEMBER_SETTINGS = ("learning_rate", "weight_decay", "clip_norm")
 
 
 def learning_rate_schedule(train: Mapping[str, Any]) -> optax.Schedule:
@@ -36,11 +37,19 @@ def decays(param: jax.Array) -> bool:
 
 
 def make_optimizer(train: Mapping[str, Any]) -> optax.GradientTransformation:
-    """Global-norm clipping (if ``clip_norm`` > 0) then AdamW; no decay on biases and norms."""
+    """Global-norm clipping (if ``clip_norm`` > 0) then AdamW; no decay on biases and norms.
+
+    ``train`` values of ``MEMBER_SETTINGS`` may be traced scalars (an ensemble member's own);
+    a traced ``clip_norm`` of 0 clips nothing, as the untraced 0 does."""
     adamw = optax.adamw(learning_rate_schedule(train), weight_decay=train["weight_decay"],
                         mask=lambda params: jax.tree.map(decays, params))
+    clip_norm = train["clip_norm"]
     # Always a chain, so the optimizer state has one structure whether or not clipping is on:
-    # a run can then be resumed with a different train.clip_norm.
-    clip = optax.clip_by_global_norm(train["clip_norm"]) if train["clip_norm"] > 0 \
-        else optax.identity()
+    # a run can then be resumed with a different train.clip_norm, and members with and without
+    # clipping share a program.
+    if isinstance(clip_norm, jax.Array):
+        # A norm below infinity always passes optax's test, which then returns the update as is.
+        clip = optax.clip_by_global_norm(jnp.where(clip_norm > 0, clip_norm, jnp.inf))
+    else:
+        clip = optax.clip_by_global_norm(clip_norm) if clip_norm > 0 else optax.identity()
     return optax.chain(clip, adamw)

@@ -10,7 +10,8 @@ trace. Randomness is explicit: the keys for dropout and randomized positions are
 * the jit: one program per batch shape, K steps per call (``train.steps_per_call``) as a
   ``lax.scan`` over K stacked batches (one step without the loop), bit for bit the K steps of
   K calls;
-* the keys (and an ensemble's learning rates and weight decays) passed as arguments, not baked
+* the keys (and an ensemble's learning rates, weight decays and clipping norms) passed as
+  arguments, not baked
   in as constants, so runs that differ only in their seed build one program (one
   compilation-cache entry);
 * the state between calls, held as the flat list of its leaves: a call does no Python work per
@@ -59,7 +60,7 @@ def step_functions(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
 
     ``train_step(params, opt_state, batch, step, base_key, member_settings=None,
     vocab_size=None, plain_positions=None)``: ``member_settings`` (traced scalars: an ensemble
-    member's own ``learning_rate`` and ``weight_decay``, any of ``optimizer.MEMBER_SETTINGS``)
+    member's own ``learning_rate``, ``weight_decay``, ``clip_norm``: ``optimizer.MEMBER_SETTINGS``)
     replace the ``train`` block's; the optimizer state's structure does not depend on them.
     With a ``vocab_size`` (a member's own, below the model's) the loss and metrics are over
     those tokens only (``model/padded_vocab.py``); with ``plain_positions`` True a member of a
