@@ -1,5 +1,5 @@
 """Ensembles: member k of a stacked run equals an independent run of its own config (seed,
-learning rate, weight decay, clipping norm, task)."""
+learning rate, weight decay, clipping norm, dropout rate, task)."""
 
 from __future__ import annotations
 
@@ -88,6 +88,23 @@ def test_members_with_their_own_optimizer_settings_equal_independent_runs(tmp_pa
           tmp_path / "single")
     assert_same_run(members[-1], tmp_path / "single")
     # Different seeds really give different members.
+    assert not np.allclose(params_of(members[0])[0], params_of(members[1])[0])
+
+
+@pytest.mark.slow
+def test_members_with_their_own_dropout_rates_equal_independent_runs(tmp_path):
+    """One seed, so both members draw the same batches and widths and their masks can match
+    their single runs' bit for bit: 0 drops nothing, 0.3 the draws of a run of its own."""
+    rates = (0.0, 0.3)
+    configs = [member_config(0) for _ in rates]
+    for config, rate in zip(configs, rates, strict=True):
+        config.model.dropout_rate = rate
+    members = [tmp_path / f"dropout_{rate}" for rate in rates]
+    result = train_ensemble(configs, members)
+    assert result.compilations <= 2 and not result.diverged
+    for config, member in zip(configs, members, strict=True):
+        train(config, tmp_path / f"single_{member.name}")
+        assert_same_run(member, tmp_path / f"single_{member.name}")
     assert not np.allclose(params_of(members[0])[0], params_of(members[1])[0])
 
 

@@ -64,6 +64,16 @@ def test_dropout_drops_the_rate_and_keeps_the_expectation(rate):
     assert dropout(x, rate, None) is x and dropout(x, 0.0, jax.random.key(3)) is x
 
 
+@pytest.mark.parametrize("rate", [0.0, 1e-6, 0.1, 0.5])
+def test_a_traced_rate_drops_as_the_number_does(rate):
+    """An ensemble member's own rate, an argument of the program: the same values, bit for
+    bit (a rate below one draw in 2^16 drops one draw, as the number does)."""
+    x = jax.random.normal(jax.random.key(1), (8, 5, 33))
+    traced = jax.jit(dropout)(x, jnp.float32(rate), jax.random.key(3))
+    np.testing.assert_array_equal(traced, dropout(x, rate, jax.random.key(3)))
+    assert (rate == 0.0) == bool(jnp.all(traced == x))
+
+
 @pytest.mark.parametrize("dropped", [1, 6_554, 1 << 15, 60_000, DRAWS - 1])
 def test_keep_mask_keeps_draws_at_or_above_the_threshold(dropped):
     keep = np.asarray(keep_mask(jax.random.key(0), (512, 1023), dropped))

@@ -13,6 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from pe_research.model.layers import set_dropout_rate
 from pe_research.model.single_stack import pack
 from pe_research.model.transformer import TokenModel
 from pe_research.positional.abacus import offset_ids, uses_abacus
@@ -90,10 +91,11 @@ def abacus_inputs(pe: Mapping[str, Any], batch: Batch, key: jax.Array,
 
 
 def forward(model: TokenModel, batch: Batch, key: jax.Array, training: bool,
-            plain: jax.Array | None = None) -> jax.Array:
+            plain: jax.Array | None = None, dropout_rate: jax.Array | None = None) -> jax.Array:
     """Teacher-forced logits ``[B, T, V]``; dropout only in training. ``plain`` (a traced bool:
     an ensemble member's own, in a program of randomized positions) takes plain positions
-    where it is True, and leaves every key as it is."""
+    where it is True, and leaves every key as it is; ``dropout_rate`` (a traced scalar, a
+    member's own) replaces the model's."""
     position_key, dropout_key = jax.random.split(key)
     source_positions, target_positions = batch_positions(
         model.config.pe, batch, position_key, training, model.config.architecture)
@@ -103,7 +105,9 @@ def forward(model: TokenModel, batch: Batch, key: jax.Array, training: bool,
         source_positions, target_positions = (
             jnp.where(plain, own, drawn) for own, drawn in
             zip(fixed, (source_positions, target_positions), strict=True))
-    use_dropout = training and model.config.dropout_rate > 0
+    if dropout_rate is not None:
+        set_dropout_rate(model, dropout_rate)
+    use_dropout = training and (dropout_rate is not None or model.config.dropout_rate > 0)
     return model(batch["source"], batch["target_input"], source_positions, target_positions,
                  batch["source_mask"], batch["target_mask"],
                  dropout_key=dropout_key if use_dropout else None,

@@ -24,21 +24,36 @@ ACTIVATION_FUNCTIONS = {"gelu": jax.nn.gelu, "relu": jax.nn.relu}
 DRAWS = 1 << 16  # the values a 16-bit dropout draw takes
 
 
-def dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:
+def dropout(x: jax.Array, rate: float | jax.Array, key: jax.Array | None) -> jax.Array:
     """Inverted dropout; the identity when ``key`` is None (evaluation) or ``rate`` is 0.
 
     An element is dropped when its 16-bit draw is below ``round(rate * 2^16)``, so the rate is
     applied to 1/65,536 (0.1 drops 6,554 / 65,536 = 0.100006) and kept values are scaled by the
-    inverse of that exact keep fraction (the expectation stays x).
+    inverse of that exact keep fraction (the expectation stays x). A traced ``rate`` (an
+    ensemble member's own) draws the same mask as that rate given as a number; at 0 it keeps
+    every value as it is.
     """
-    if key is None or rate == 0.0:
+    if key is None:
+        return x
+    if isinstance(rate, jax.Array):
+        dropped = jnp.where(rate > 0, jnp.clip(jnp.round(rate * DRAWS), 1, DRAWS - 1), 0)
+        scale = jnp.float32(DRAWS) / (DRAWS - dropped.astype(jnp.float32))
+        keep = keep_mask(key, x.shape, dropped.astype(jnp.uint32))
+        return jnp.where(keep, x * scale.astype(x.dtype), 0).astype(x.dtype)
+    if rate == 0.0:
         return x
     dropped = min(max(round(rate * DRAWS), 1), DRAWS - 1)
     keep = keep_mask(key, x.shape, dropped)
     return jnp.where(keep, x * (DRAWS / (DRAWS - dropped)), 0).astype(x.dtype)
 
 
-def keep_mask(key: jax.Array, shape: tuple[int, ...], dropped: int) -> jax.Array:
+def set_dropout_rate(model: nnx.Module, rate: jax.Array) -> nnx.Module:
+    """``model`` with every dropout at ``rate`` (a traced scalar: an ensemble member's own)."""
+    model.set_attributes(dropout_rate=rate, raise_if_not_found=False)
+    return model
+
+
+def keep_mask(key: jax.Array, shape: tuple[int, ...], dropped: int | jax.Array) -> jax.Array:
     """Bool ``shape``: True where a uniform 16-bit draw is >= ``dropped`` (of 2^16).
 
     Each random 32-bit word gives two draws, its low and high halves (elements 2i and 2i + 1
@@ -65,11 +80,11 @@ class FeedForward(nnx.Module):
         self.hidden = dense(config.d_model, config.d_ff)
         self.out = dense(config.d_ff, config.d_model)
         self.activation = ACTIVATION_FUNCTIONS[config.activation]
-        self.rate = config.dropout_rate
+        self.dropout_rate = config.dropout_rate
 
     @jax.named_scope("feed_forward")
     def __call__(self, x_BxTxD: jax.Array, key: jax.Array | None) -> jax.Array:
-        return self.out(dropout(self.activation(self.hidden(x_BxTxD)), self.rate, key))
+        return self.out(dropout(self.activation(self.hidden(x_BxTxD)), self.dropout_rate, key))
 
 
 class Sublayer(nnx.Module):
@@ -79,12 +94,12 @@ class Sublayer(nnx.Module):
         self.norm = nnx.LayerNorm(config.d_model, dtype=config.compute_dtype,
                                   param_dtype=jnp.float32, rngs=rngs)
         self.pre_norm = config.norm == "pre"
-        self.rate = config.dropout_rate
+        self.dropout_rate = config.dropout_rate
 
     def __call__(self, x: jax.Array, function, key: jax.Array | None) -> jax.Array:
         if self.pre_norm:
-            return x + dropout(function(layer_norm(self.norm, x)), self.rate, key)
-        return layer_norm(self.norm, x + dropout(function(x), self.rate, key))
+            return x + dropout(function(layer_norm(self.norm, x)), self.dropout_rate, key)
+        return layer_norm(self.norm, x + dropout(function(x), self.dropout_rate, key))
 
 
 @jax.named_scope("layer_norm")

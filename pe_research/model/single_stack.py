@@ -93,7 +93,7 @@ class SingleStackTransformer(TokenModel):
     """Token embedding (+ positional input), one self-attention stack, output projection."""
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
-        self.config = config
+        self.config, self.dropout_rate = config, config.dropout_rate
         self.causal = config.architecture == "decoder_only"
         self.pe, self.embed, self.input_projection = input_modules(config, rngs)
         self.layers = nnx.List([EncoderLayer(config, rngs=rngs, kind=config.stack_kind, index=i)

@@ -69,12 +69,13 @@ def output_projection(config: ModelConfig, rngs: nnx.Rngs) -> nnx.Linear | None:
 class TokenModel(nnx.Module):
     """Token embedding with positional input, output projection: shared by every architecture.
 
-    Subclasses set ``config``, ``pe``, ``embed``, ``input_projection``, ``output_projection``,
-    ``abacus`` (the Abacus table or None) and ``final_norm`` (the LayerNorm before the output;
-    None for post-LN).
+    Subclasses set ``config``, ``dropout_rate``, ``pe``, ``embed``, ``input_projection``,
+    ``output_projection``, ``abacus`` (the Abacus table or None) and ``final_norm`` (the
+    LayerNorm before the output; None for post-LN).
     """
 
     config: ModelConfig
+    dropout_rate: float | jax.Array
     final_norm: nnx.LayerNorm | None
     abacus: AbacusTable | None
 
@@ -103,7 +104,7 @@ class TokenModel(nnx.Module):
                 x = x + vectors
             else:
                 x = self.input_projection(jnp.concatenate([x, vectors], axis=-1))
-        return dropout(x, self.config.dropout_rate, key)
+        return dropout(x, self.dropout_rate, key)
 
     @jax.named_scope("output")
     def logits(self, y_BxTxD: jax.Array) -> jax.Array:
@@ -144,7 +145,7 @@ class Seq2SeqTransformer(TokenModel):
     """Token embedding (+ positional input), encoder stack, decoder stack, output projection."""
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
-        self.config = config
+        self.config, self.dropout_rate = config, config.dropout_rate
         self.pe, self.embed, self.input_projection = input_modules(config, rngs)
         self.encoder_layers = nnx.List(
             [EncoderLayer(config, rngs=rngs, index=i) for i in range(config.num_encoder_layers)])

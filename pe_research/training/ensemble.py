@@ -1,4 +1,4 @@
-"""Ensembles: M members in one program, differing in seed, optimizer scalars and task.
+"""Ensembles: M members in one program, differing in seed, optimizer scalars, dropout and task.
 
 Parameters and optimizer state carry a leading member axis, sharded over the mesh's ``members``
 axis; the train step is the single run's step under ``jax.vmap``. Member k draws its own data
@@ -9,13 +9,13 @@ each member draws its own length and all are padded to the largest member's buck
 masked, so a member's numbers do not change; dropout masks do depend on the padded width, so
 with dropout a member matches its single run in distribution, not bit for bit).
 
-Members may differ in what ``config/stacking.py`` lists: seed, peak learning rate, weight
-decay and clipping norm (traced scalars of the update), the task with its lengths, and plain
-against randomized positions. Tasks of different vocabularies share the program of the widest
-one: each member's state is padded to it and its loss taken over its own
-tokens (``model/padded_vocab.py``), so it still trains as its single run does (to rounding) and
-saves its own shapes. Plain members of a randomized program select plain positions from the same
-keys, so they too train as their single runs.
+Members may differ in what ``config/stacking.py`` lists: seed, peak learning rate, weight decay
+and clipping norm (traced scalars of the update), the dropout rate (traced, set on the
+program's model), the task with its lengths, and plain against randomized positions. Tasks of
+different vocabularies share the program of the widest one: each member's state is padded to it
+and its loss taken over its own tokens (``model/padded_vocab.py``), so it still trains as its
+single run does (to rounding) and saves its own shapes. Plain members of a randomized program
+select plain positions from the same keys, so they too train as their single runs.
 
 A member that diverges is stopped and reported; the others go on. One process only: a grid is
 spread over hosts by the sweep's SLURM executor, one ensemble per job.
@@ -203,13 +203,15 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
     graphdef, _, rest = nnx.split(build_model(program, vocab_sizes[wide]), nnx.Param, ...)
     settings = {key: [float(config.train[key]) for config in configs]
                 for key in MEMBER_SETTINGS}
+    dropouts = [float(config.model.dropout_rate) for config in configs]
     steps = make_steps(graphdef, rest, configs[wide].train, mesh,
                        [config.seed for config in configs],
                        {key: values for key, values in settings.items() if len(set(values)) > 1},
                        configs[wide].eval.query_block, ensemble=True,
                        vocab_sizes=vocab_sizes if len(set(vocab_sizes)) > 1 else None,
                        plain_positions=[r == 0 for r in ranges] if len(set(ranges)) > 1
-                       else None)
+                       else None,
+                       dropout_rates=dropouts if len(set(dropouts)) > 1 else None)
     on_eval_mesh = replicated(eval_mesh)
     member_params = [jax.device_put(params, on_eval_mesh) for _, params, _ in split]
     member_opt = [steps.optimizer.init(params) for params in member_params]

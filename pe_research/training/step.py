@@ -59,31 +59,32 @@ def step_functions(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
     ``query_block`` queries at a time (``eval.query_block``; 0: all), the train step all.
 
     ``train_step(params, opt_state, batch, step, base_key, member_settings=None,
-    vocab_size=None, plain_positions=None)``: ``member_settings`` (traced scalars: an ensemble
-    member's own ``learning_rate``, ``weight_decay``, ``clip_norm``: ``optimizer.MEMBER_SETTINGS``)
-    replace the ``train`` block's; the optimizer state's structure does not depend on them.
-    With a ``vocab_size`` (a member's own, below the model's) the loss and metrics are over
-    those tokens only (``model/padded_vocab.py``); with ``plain_positions`` True a member of a
-    randomized-positions program trains on plain ones.
+    vocab_size=None, plain_positions=None, dropout_rate=None)``: ``member_settings`` (traced
+    scalars: an ensemble member's own ``learning_rate``, ``weight_decay``, ``clip_norm``:
+    ``optimizer.MEMBER_SETTINGS``) replace the ``train`` block's; the optimizer state's
+    structure does not depend on them. With a ``vocab_size`` (a member's own, below the
+    model's) the loss and metrics are over those tokens only (``model/padded_vocab.py``); with
+    ``plain_positions`` True a member of a randomized-positions program trains on plain ones;
+    a ``dropout_rate`` (traced) replaces the model's.
     ``eval_step(params, batch, base_key)`` returns summable metric sums.
     """
     predict_eos = bool(train_cfg.get("predict_eos", True))
 
-    def loss_fn(params, batch, key, vocab_size, plain_positions):
+    def loss_fn(params, batch, key, vocab_size, plain_positions, dropout_rate):
         logits = forward(nnx.merge(graphdef, params, rest), batch, key, training=True,
-                         plain=plain_positions)
+                         plain=plain_positions, dropout_rate=dropout_rate)
         logits = mask_logits(logits, vocab_size)
         loss = token_cross_entropy(logits, batch["target_output"],
                                    scored_mask(batch, predict_eos))
         return loss, logits
 
     def train_step(params, opt_state, batch, step, base_key, member_settings=None,
-                   vocab_size=None, plain_positions=None):
+                   vocab_size=None, plain_positions=None, dropout_rate=None):
         member_optimizer = optimizer if member_settings is None else \
             make_optimizer({**dict(train_cfg), **member_settings})
         key = jax.random.fold_in(base_key, step)
         (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            params, batch, key, vocab_size, plain_positions)
+            params, batch, key, vocab_size, plain_positions, dropout_rate)
         updates, opt_state = member_optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         outputs = Outputs(logits, batch["target_output"], scored_mask(batch, predict_eos))
@@ -195,14 +196,16 @@ def make_steps(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any], mesh: Mes
                seeds: Sequence[int], member_settings: Mapping[str, Sequence[float]] | None = None,
                query_block: int = 0, ensemble: bool = False,
                vocab_sizes: Sequence[int] | None = None,
-               plain_positions: Sequence[bool] | None = None) -> Steps:
+               plain_positions: Sequence[bool] | None = None,
+               dropout_rates: Sequence[float] | None = None) -> Steps:
     """The steps of one run (``seeds`` of one, state replicated on ``mesh``) or, with
     ``ensemble``, of M members at once: ``jax.vmap`` of the single step over a leading member
     axis of state and batches (sharded over the mesh's ``members`` axis); member k draws its
     keys from ``seeds[k]``, with ``member_settings`` (``{'learning_rate': [M], ...}``, keys
     of ``optimizer.MEMBER_SETTINGS``) updates with its own ``member_settings[key][k]``, with
-    ``vocab_sizes`` scores its own ``vocab_sizes[k]`` tokens of the model's, and with
-    ``plain_positions`` trains on plain positions where ``plain_positions[k]``."""
+    ``vocab_sizes`` scores its own ``vocab_sizes[k]`` tokens of the model's, with
+    ``plain_positions`` trains on plain positions where ``plain_positions[k]``, and with
+    ``dropout_rates`` drops at its own ``dropout_rates[k]``."""
     optimizer = make_optimizer(train_cfg)
     train_step, eval_step = step_functions(graphdef, rest, train_cfg, optimizer, query_block)
     same = replicated(mesh)
@@ -211,10 +214,12 @@ def make_steps(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any], mesh: Mes
                     for key, values in (member_settings or {}).items()} or None
         vocabs = None if vocab_sizes is None else jnp.asarray(vocab_sizes, jnp.int32)
         plain = None if plain_positions is None else jnp.asarray(plain_positions, bool)
-        per_member = [None if value is None else 0 for value in (settings, vocabs, plain)]
-        stacked_step = jax.vmap(train_step, in_axes=(0, 0, 0, None, 0, *per_member))
-        train = CompiledStep(stacked_step, (member_keys(seeds), settings, vocabs, plain),
-                             member_sharded(mesh), same)
+        rates = None if dropout_rates is None else jnp.asarray(dropout_rates, jnp.float32)
+        own = (settings, vocabs, plain, rates)
+        stacked_step = jax.vmap(train_step, in_axes=(
+            0, 0, 0, None, 0, *[None if value is None else 0 for value in own]))
+        train = CompiledStep(stacked_step, (member_keys(seeds), *own), member_sharded(mesh),
+                             same)
     else:
         train = CompiledStep(train_step, (jax.random.key(int(seeds[0])),), same, same)
     # An ensemble's members are evaluated one at a time, on a mesh of their own.
