@@ -46,7 +46,7 @@ def members_key(config: ml_collections.ConfigDict,
                 lengths: Sequence[int] | None = None) -> str:
     """What runs evaluated in one program (``evaluate_members``) share, as text: every setting
     but those members of a training program may differ in (``config/stacking.py``: seed,
-    optimizer scalars, task), and the randomized range, whether the task decodes and
+    optimizer scalars, dropout, task), and the randomized range, whether the task decodes and
     the eval lengths (``lengths``, else the config's), which those settings would leave free."""
     nested = config.to_dict()
     return json.dumps([program_key(nested), randomized_range(nested), task_decodes(config),
@@ -71,12 +71,12 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
                      buckets: Sequence[int] | None = None) -> list[EvalResult]:
     """Range evaluation of several runs in one program, vmapped over members.
 
-    The members share the model but for its vocabulary (``members_key``): they may differ in
-    seed, optimizer scalars (learning rate, ...) and task. Member k is scored on its own frozen
-    eval set (its task's and seed's) with its own position key, in the model padded to the widest
-    member's vocabulary and over its own tokens (``model/padded_vocab.py``), so its rows equal
-    ``evaluate_run(runs[k])``. Batches are padded to the widest member's widths, so the
-    function compiles once per batch shape for all members (a member with fewer batches at a
+    The members share the model but for its vocabulary (``members_key``): they may differ in seed,
+    optimizer scalars (learning rate, ...), dropout rate and task. Member k is scored on its own
+    frozen eval set (its task's and seed's) with its own position key, in the model padded to
+    the widest member's vocabulary and over its own tokens (``model/padded_vocab.py``), so its
+    rows equal ``evaluate_run(runs[k])``. Batches are padded to the widest member's widths, so
+    the function compiles once per batch shape for all members (a member with fewer batches at a
     length gets batches of padding rows, which count nothing); a batch whose estimate exceeds
     the members' share of ``eval.memory_budget_gb`` is split as in ``RangeEvaluator``.
     """
