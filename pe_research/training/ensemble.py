@@ -112,7 +112,7 @@ def check_members(configs: Sequence[ml_collections.ConfigDict]) -> None:
                   if stacked(key) and not key.startswith("wandb.")]) for c in configs]
     if len(set(runs)) != len(runs):
         raise ConfigError("seed", [int(c.seed) for c in configs], "members need distinct seeds "
-                          "(or optimizer settings, tasks or lengths)")
+                          "(or optimizer settings, dropout rates, tasks or lengths)")
 
 
 def member_shapes(configs: Sequence[ml_collections.ConfigDict],

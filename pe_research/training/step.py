@@ -10,10 +10,9 @@ trace. Randomness is explicit: the keys for dropout and randomized positions are
 * the jit: one program per batch shape, K steps per call (``train.steps_per_call``) as a
   ``lax.scan`` over K stacked batches (one step without the loop), bit for bit the K steps of
   K calls;
-* the keys (and an ensemble's learning rates, weight decays and clipping norms) passed as
-  arguments, not baked
-  in as constants, so runs that differ only in their seed build one program (one
-  compilation-cache entry);
+* the keys (and an ensemble's learning rates, weight decays, clipping norms and dropout rates)
+  passed as arguments, not baked in as constants, so runs that differ only in their seed build
+  one program (one compilation-cache entry);
 * the state between calls, held as the flat list of its leaves: a call does no Python work per
   NNX variable, and the state's buffers are donated to the next call.
 
