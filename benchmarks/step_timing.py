@@ -15,18 +15,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
-from flax import nnx
 
 from pe_research import data, runtime
 from pe_research.core.device_memory import device_memory_bytes
 from pe_research.core.errors import UsageError
-from pe_research.model import build_model
-from pe_research.model.padded_vocab import pad_to, widest
+from pe_research.model.padded_vocab import pad_to
 from pe_research.runtime import data_mesh, ensemble_mesh, member_batch_sharded, member_sharded
 from pe_research.tasks import get_task
-from pe_research.training.ensemble import stack
+from pe_research.training.ensemble import stack, stacked_steps
 from pe_research.training.program_memory import compiled_bytes
-from pe_research.training.step import initial_train_state, make_steps
+from pe_research.training.step import initial_train_state
 
 # Dense bf16 peak FLOP/s of known accelerators (for MFU); CPUs report FLOP/s only.
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
@@ -193,7 +191,8 @@ def ensemble_train_state(config, members: int, batch_count: int, configs=None):
     """``members`` copies of ``config`` with seeds 0..M-1 (or the members ``configs``, e.g. of
     several tasks) in one program, as ``pe-research sweep`` trains them: (ensemble steps holding
     the ``[M, ...]`` state, member-stacked batches, each member's own, sharded over the members'
-    mesh). Members of narrower vocabularies are padded to the widest, as in training."""
+    mesh). The program is training's own (``stacked_steps``): members of narrower vocabularies
+    padded to the widest, each member's settings, positions and dropout rate its own."""
     if configs is None:
         configs = []
         for seed in range(members):
@@ -203,12 +202,7 @@ def ensemble_train_state(config, members: int, batch_count: int, configs=None):
     tasks = [get_task(c.task.to_dict(), c.data.to_dict()) for c in configs]
     vocabs = [task.vocabulary.size for task in tasks]
     mesh = ensemble_mesh(len(configs))
-    split = [nnx.split(build_model(c, v), nnx.Param, ...)
-             for c, v in zip(configs, vocabs, strict=True)]
-    wide = widest(vocabs)
-    steps = make_steps(split[wide][0], split[wide][2], configs[wide].train, mesh,
-                       [c.seed for c in configs], ensemble=True,
-                       vocab_sizes=vocabs if len(set(vocabs)) > 1 else None)
+    steps, split, wide = stacked_steps(configs, vocabs, mesh)
     member_params = [pad_to(params, split[wide][1]) for _, params, _ in split]
     params = jax.device_put(stack(member_params), member_sharded(mesh))
     opt_state = jax.device_put(stack([steps.optimizer.init(p) for p in member_params]),

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 from flax import nnx
+from jax.sharding import Mesh
 
 from pe_research import data
 from pe_research.config import flat_config, from_mapping, to_dict, validate_config
@@ -76,7 +77,7 @@ from pe_research.training.program_memory import (
     check_program_memory,
     widest_batches,
 )
-from pe_research.training.step import eval_function, make_steps
+from pe_research.training.step import Steps, eval_function, make_steps
 from pe_research.training.step_loop import MemberRun, StepLoop, all_finite
 
 
@@ -189,29 +190,42 @@ def _restore_common_step(checkpointers: Sequence[Any], params: Sequence[Any],
                     for c, p, o in zip(checkpointers, params, opt_state, strict=True)]
 
 
-def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
-                  cleanup: contextlib.ExitStack) -> EnsembleResult:
-    vocab_sizes = [task.vocabulary.size for task in tasks]
+def stacked_steps(configs: Sequence[ml_collections.ConfigDict], vocab_sizes: Sequence[int],
+                  mesh: Mesh) -> tuple[Steps, list[tuple[Any, Any, Any]], int]:
+    """The program of ``configs`` as members: its ensemble steps, each member's own model split
+    ``(graphdef, params, rest)`` (fresh parameters from its seed) and the index of the widest
+    vocabulary's member, whose model (with randomized positions if any member has them) the
+    program runs; what differs between members passes as per-member arguments."""
     ranges = [randomized_range(to_dict(config)) for config in configs]
     split = [nnx.split(build_model(config, vocab), nnx.Param, ...)
              for config, vocab in zip(configs, vocab_sizes, strict=True)]
     wide = widest(vocab_sizes)
-    # The program's model: the widest vocabulary, randomized positions if any member has them
-    # (plain members then take plain positions inside it).
+    # Plain members of a randomized program take plain positions inside it.
     program = from_mapping(to_dict(configs[wide]))
     program.model.pe.randomize.max_position = max(ranges)
     graphdef, _, rest = nnx.split(build_model(program, vocab_sizes[wide]), nnx.Param, ...)
-    settings = {key: [float(config.train[key]) for config in configs]
+
+    def own(values: list[Any]) -> list[Any] | None:
+        """Per-member values, or None when every member's is the same."""
+        return values if len(set(values)) > 1 else None
+
+    settings = {key: own([float(config.train[key]) for config in configs])
                 for key in MEMBER_SETTINGS}
-    dropouts = [float(config.model.dropout_rate) for config in configs]
     steps = make_steps(graphdef, rest, configs[wide].train, mesh,
                        [config.seed for config in configs],
-                       {key: values for key, values in settings.items() if len(set(values)) > 1},
+                       {key: values for key, values in settings.items() if values is not None},
                        configs[wide].eval.query_block, ensemble=True,
-                       vocab_sizes=vocab_sizes if len(set(vocab_sizes)) > 1 else None,
-                       plain_positions=[r == 0 for r in ranges] if len(set(ranges)) > 1
-                       else None,
-                       dropout_rates=dropouts if len(set(dropouts)) > 1 else None)
+                       vocab_sizes=own(list(vocab_sizes)),
+                       plain_positions=own([r == 0 for r in ranges]),
+                       dropout_rates=own([float(c.model.dropout_rate) for c in configs]))
+    return steps, split, wide
+
+
+def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
+                  cleanup: contextlib.ExitStack) -> EnsembleResult:
+    vocab_sizes = [task.vocabulary.size for task in tasks]
+    ranges = [randomized_range(to_dict(config)) for config in configs]
+    steps, split, wide = stacked_steps(configs, vocab_sizes, mesh)
     on_eval_mesh = replicated(eval_mesh)
     member_params = [jax.device_put(params, on_eval_mesh) for _, params, _ in split]
     member_opt = [steps.optimizer.init(params) for params in member_params]
