@@ -192,7 +192,8 @@ def ensemble_train_state(config, members: int, batch_count: int, configs=None):
     several tasks) in one program, as ``pe-research sweep`` trains them: (ensemble steps holding
     the ``[M, ...]`` state, member-stacked batches, each member's own, sharded over the members'
     mesh). The program is training's own (``stacked_steps``): members of narrower vocabularies
-    padded to the widest, each member's settings, positions and dropout rate its own."""
+    padded to the widest, each member's settings, positions, dropout rate and wavelength base
+    its own."""
     if configs is None:
         configs = []
         for seed in range(members):
@@ -202,7 +203,8 @@ def ensemble_train_state(config, members: int, batch_count: int, configs=None):
     tasks = [get_task(c.task.to_dict(), c.data.to_dict()) for c in configs]
     vocabs = [task.vocabulary.size for task in tasks]
     mesh = ensemble_mesh(len(configs))
-    steps, split, wide = stacked_steps(configs, vocabs, mesh)
+    program = stacked_steps(configs, vocabs, mesh)
+    steps, split, wide = program.steps, program.split, program.wide
     member_params = [pad_to(params, split[wide][1]) for _, params, _ in split]
     params = jax.device_put(stack(member_params), member_sharded(mesh))
     opt_state = jax.device_put(stack([steps.optimizer.init(p) for p in member_params]),

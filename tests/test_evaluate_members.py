@@ -52,11 +52,14 @@ def untrained_run(run_dir: Path, config) -> LoadedRun:
 
 
 @pytest.mark.slow
-def test_runs_of_three_vocabularies_in_one_program_equal_their_own_evaluations(tmp_path):
+def test_runs_of_three_vocabularies_and_two_bases_in_one_program_equal_their_own_evaluations(
+        tmp_path):
     # The second has twice the examples per length: two batches to the others' one, which the
     # program pads with a batch of padding rows.
+    # The first also has its own RoPE base (the program runs the widest, the third).
     runs = [untrained_run(tmp_path / task, config_of(
-        task, seed, f"--config.data.eval_samples={32 if seed == 1 else 16}"))
+        task, seed, f"--config.data.eval_samples={32 if seed == 1 else 16}",
+        f"--config.model.pe.max_wavelength={500.0 if seed == 0 else 1e4}"))
         for seed, task in enumerate(TASKS)]
     assert sorted({run.task.vocabulary.size for run in runs}) == [5, 8, 13]
     together = evaluate_members(runs)

@@ -1,12 +1,13 @@
 """Which configs can train stacked in one program: those equal but for ``STACKED_KEYS``.
 
-Members of one program share the model's graph and parameter shapes and the step loop's
-schedule; what is only data, a scalar of the step, or per-member bookkeeping may differ: the
-seed, the optimizer's scalars (peak learning rate, weight decay, clipping norm), the dropout
-rate, the task (the vocabulary is padded to the widest member's and each member's loss is taken
-over its own tokens: ``training/ensemble.py``), its training and evaluation lengths, the W&B
-name, and whether positions are randomized: plain members (range 0) train in a program of
-randomized ones (one range ``M``) on plain positions, from the same keys (``randomized_range``).
+Members of one program share the model's graph and parameter shapes and the step loop's schedule;
+what is only data, a scalar of the step, or per-member bookkeeping may differ: the seed, the
+optimizer's scalars (peak learning rate, weight decay, clipping norm), the model's (dropout rate,
+the positional scheme's wavelength base: ``model/member_settings.py``), the task (the vocabulary is
+padded to the widest member's and each member's loss is taken over its own tokens:
+``training/ensemble.py``), its training and evaluation lengths, the W&B name, and whether positions
+are randomized: plain members (range 0) train in a program of randomized ones (one range ``M``) on
+plain positions, from the same keys (``randomized_range``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pe_research.config.files import flat_config
 STACKED_KEYS = ("seed", "train.learning_rate", "train.weight_decay", "train.clip_norm",
                 "data.train_lengths", "data.eval_samples", "train.eval_lengths", "eval.lengths",
                 "wandb.name", "wandb.tags", "model.pe.randomize.max_position",
-                "model.dropout_rate")
+                "model.dropout_rate", "model.pe.max_wavelength")
 STACKED_PREFIXES = ("task.",)
 
 

@@ -36,6 +36,7 @@ from pe_research.evaluation.range_eval import (
 )
 from pe_research.model.attention import set_query_block
 from pe_research.model.inputs import eval_position_key
+from pe_research.model.member_settings import members_model_settings, set_member_settings
 from pe_research.model.padded_vocab import pad_to, widest
 from pe_research.runs.restore import LoadedRun
 from pe_research.runs.run_dir import RunDir
@@ -44,9 +45,9 @@ from pe_research.runtime import batch_multiple
 
 def members_key(config: ml_collections.ConfigDict,
                 lengths: Sequence[int] | None = None) -> str:
-    """What runs evaluated in one program (``evaluate_members``) share, as text: every setting
-    but those members of a training program may differ in (``config/stacking.py``: seed,
-    optimizer scalars, dropout, task), and the randomized range, whether the task decodes and
+    """What runs evaluated in one program (``evaluate_members``) share, as text: every setting but
+    those members of a training program may differ in (``config/stacking.py``: seed, optimizer
+    scalars, dropout, wavelength base, task), and the randomized range, whether the task decodes and
     the eval lengths (``lengths``, else the config's), which those settings would leave free."""
     nested = config.to_dict()
     return json.dumps([program_key(nested), randomized_range(nested), task_decodes(config),
@@ -72,13 +73,14 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
     """Range evaluation of several runs in one program, vmapped over members.
 
     The members share the model but for its vocabulary (``members_key``): they may differ in seed,
-    optimizer scalars (learning rate, ...), dropout rate and task. Member k is scored on its own
-    frozen eval set (its task's and seed's) with its own position key, in the model padded to
-    the widest member's vocabulary and over its own tokens (``model/padded_vocab.py``), so its
-    rows equal ``evaluate_run(runs[k])``. Batches are padded to the widest member's widths, so
-    the function compiles once per batch shape for all members (a member with fewer batches at a
-    length gets batches of padding rows, which count nothing); a batch whose estimate exceeds
-    the members' share of ``eval.memory_budget_gb`` is split as in ``RangeEvaluator``.
+    optimizer scalars (learning rate, ...), dropout rate, wavelength base and task. Member k is
+    scored on its own frozen eval set (its task's and seed's) with its own position key and
+    wavelength base, in the model padded to the widest member's vocabulary and over its own tokens
+    (``model/padded_vocab.py``), so its rows equal ``evaluate_run(runs[k])``. Batches are padded to
+    the widest member's widths, so the function compiles once per batch shape for all members (a
+    member with fewer batches at a length gets batches of padding rows, which count nothing); a
+    batch whose estimate exceeds the members' share of ``eval.memory_budget_gb`` is split as in
+    ``RangeEvaluator``.
     """
     check_evaluated_together(runs, lengths)
     sizes = [run.task.vocabulary.size for run in runs]
@@ -100,19 +102,22 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
     graphdef, rest = wide.graphdef, wide.rest
     oracle_length, decode = decodes_at_oracle_length(first), task_decodes(first)
 
-    def statistics(params, batch, position_key, first_row, vocab_size):
+    def statistics(params, batch, position_key, first_row, vocab_size, settings):
         compiled_shapes.append((*batch["source"].shape[1:], batch["target_input"].shape[2]))
-        return jax.vmap(lambda p, b, k, v: example_statistics(
-            set_query_block(nnx.merge(graphdef, p, rest), first.eval.query_block), b, k,
+        return jax.vmap(lambda p, b, k, v, s: example_statistics(
+            set_member_settings(set_query_block(nnx.merge(graphdef, p, rest),
+                                                first.eval.query_block), s), b, k,
             oracle_length, first_row, decode, v),
-            in_axes=(0, 0, 0, None if vocab_size is None else 0))(
-                params, batch, position_key, vocab_size)
+            in_axes=(0, 0, 0, None if vocab_size is None else 0, None if settings is None else 0))(
+                params, batch, position_key, vocab_size, settings)
 
     stacked_statistics = jax.jit(statistics)
     padded = [pad_to(run.params, wide.params) for run in runs]
     params = jax.tree.map(lambda *leaves: jax.numpy.stack(leaves), *padded)
     # One vocabulary: the program of a single task's members, with nothing masked.
     vocab_sizes = None if len(set(sizes)) == 1 else np.asarray(sizes, np.int32)
+    settings = {name: np.asarray(values, np.float32) for name, values in
+                members_model_settings([run.config for run in runs]).items()} or None
     keys = jax.random.wrap_key_data(jax.numpy.stack(
         [jax.random.key_data(eval_position_key(run.config.seed)) for run in runs]))
     start = time.perf_counter()
@@ -132,7 +137,7 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
         pending = [stacked_statistics(params, data.stack_batches(
             [batch if batch is not None else padding_batch(own, batch_rows)
              for batch, own in zip(batches, firsts, strict=True)]), keys,
-            np.int32(index * batch_rows), vocab_sizes)
+            np.int32(index * batch_rows), vocab_sizes, settings)
                    for index, batches in enumerate(itertools.zip_longest(*streams))]
         for k, member_rows in enumerate(rows):
             totals: dict[str, float] = {}

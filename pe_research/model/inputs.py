@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from pe_research.model.layers import set_dropout_rate
+from pe_research.model.member_settings import set_member_settings
 from pe_research.model.single_stack import pack
 from pe_research.model.transformer import TokenModel
 from pe_research.positional.abacus import offset_ids, uses_abacus
@@ -91,11 +91,12 @@ def abacus_inputs(pe: Mapping[str, Any], batch: Batch, key: jax.Array,
 
 
 def forward(model: TokenModel, batch: Batch, key: jax.Array, training: bool,
-            plain: jax.Array | None = None, dropout_rate: jax.Array | None = None) -> jax.Array:
+            plain: jax.Array | None = None,
+            settings: Mapping[str, jax.Array] | None = None) -> jax.Array:
     """Teacher-forced logits ``[B, T, V]``; dropout only in training. ``plain`` (a traced bool:
     an ensemble member's own, in a program of randomized positions) takes plain positions
-    where it is True, and leaves every key as it is; ``dropout_rate`` (a traced scalar, a
-    member's own) replaces the model's."""
+    where it is True, and leaves every key as it is; ``settings`` (traced scalars, a member's
+    own, keyed by ``member_settings.MODEL_SETTINGS``) replace the model's."""
     position_key, dropout_key = jax.random.split(key)
     source_positions, target_positions = batch_positions(
         model.config.pe, batch, position_key, training, model.config.architecture)
@@ -105,9 +106,9 @@ def forward(model: TokenModel, batch: Batch, key: jax.Array, training: bool,
         source_positions, target_positions = (
             jnp.where(plain, own, drawn) for own, drawn in
             zip(fixed, (source_positions, target_positions), strict=True))
-    if dropout_rate is not None:
-        set_dropout_rate(model, dropout_rate)
-    use_dropout = training and (dropout_rate is not None or model.config.dropout_rate > 0)
+    set_member_settings(model, settings)
+    use_dropout = training and ("dropout_rate" in (settings or {})
+                                or model.config.dropout_rate > 0)
     return model(batch["source"], batch["target_input"], source_positions, target_positions,
                  batch["source_mask"], batch["target_mask"],
                  dropout_key=dropout_key if use_dropout else None,

@@ -47,12 +47,6 @@ def dropout(x: jax.Array, rate: float | jax.Array, key: jax.Array | None) -> jax
     return jnp.where(keep, x * (DRAWS / (DRAWS - dropped)), 0).astype(x.dtype)
 
 
-def set_dropout_rate(model: nnx.Module, rate: jax.Array) -> nnx.Module:
-    """``model`` with every dropout at ``rate`` (a traced scalar: an ensemble member's own)."""
-    model.set_attributes(dropout_rate=rate, raise_if_not_found=False)
-    return model
-
-
 def keep_mask(key: jax.Array, shape: tuple[int, ...], dropped: int | jax.Array) -> jax.Array:
     """Bool ``shape``: True where a uniform 16-bit draw is >= ``dropped`` (of 2^16).
 

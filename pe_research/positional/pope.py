@@ -55,7 +55,7 @@ class PoPE(PositionalScheme):
 
     def __init__(self, pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs):
         super().__init__(pe, d_model=d_model, num_heads=num_heads, rngs=rngs)
-        self.base = float(pe["max_wavelength"])
+        self.max_wavelength = float(pe["max_wavelength"])
         shape = (num_heads, self.head_dim)
         phase = (jax.random.uniform(rngs.params(), shape, jnp.float32, -2 * math.pi, 0.0)
                  if pe["bias_init"] == "uniform" else jnp.zeros(shape, jnp.float32))
@@ -73,8 +73,8 @@ class PoPE(PositionalScheme):
 
     def transform_qk(self, q_BxTxHxD, k_BxSxHxD, q_positions_BxT, k_positions_BxS, kind):
         phase = jnp.clip(self.phase[...], -2 * math.pi, 0.0)
-        q = polar(q_BxTxHxD, q_positions_BxT, self.base)
-        k = polar(k_BxSxHxD, k_positions_BxS, self.base, phase)
+        q = polar(q_BxTxHxD, q_positions_BxT, self.max_wavelength)
+        k = polar(k_BxSxHxD, k_positions_BxS, self.max_wavelength, phase)
         return q.astype(q_BxTxHxD.dtype), k.astype(k_BxSxHxD.dtype)
 
     def explicit_attention(self, q_BxTxHxD, k_BxSxHxD, v_BxSxHxD, bias_BxHxTxS, mask_BxTxS,

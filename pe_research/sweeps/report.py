@@ -1,11 +1,11 @@
 """The end of a sweep: evaluate every finished member over ``eval.lengths``, then compare.
 
 Runs are evaluated together (``evaluate_members``: one program, vmapped over members): a grid
-point's members, and the grid points that share the model but for the task, seed, optimizer
-scalars or dropout rate (``members_key``), in grid order, up to the members per program measured
-for this device (``MEMBERS_PER_PROGRAM``); each run gets ``RUN_DIR/eval/eval.{json,csv,png}`` as
-``pe-research eval`` writes them. Runs are then compared per task and training range, grouped by
-the swept keys that split them (mean ± std and max over seeds):
+point's members, and the grid points that share the model but for the task, seed, optimizer scalars,
+dropout rate or wavelength base (``members_key``), in grid order, up to the members per program
+measured for this device (``MEMBERS_PER_PROGRAM``); each run gets
+``RUN_DIR/eval/eval.{json,csv,png}`` as ``pe-research eval`` writes them. Runs are then compared per
+task and training range, grouped by the swept keys that split them (mean ± std and max over seeds):
 ``SWEEP_DIR/report/<task>/comparison.{md,csv,png}``, and every table in
 ``SWEEP_DIR/report/summary.md``. A sweep over several tasks also gets the papers' table
 (``evaluation/paper_table.py``): ``SWEEP_DIR/report/paper_table.{md,csv,png}``.

@@ -10,8 +10,9 @@ masked, so a member's numbers do not change; dropout masks do depend on the padd
 with dropout a member matches its single run in distribution, not bit for bit).
 
 Members may differ in what ``config/stacking.py`` lists: seed, peak learning rate, weight decay
-and clipping norm (traced scalars of the update), the dropout rate (traced, set on the
-program's model), the task with its lengths, and plain against randomized positions. Tasks of
+and clipping norm (traced scalars of the update), the dropout rate and the positional scheme's
+wavelength base (traced, set on the program's model: ``model/member_settings.py``), the task
+with its lengths, and plain against randomized positions. Tasks of
 different vocabularies share the program of the widest one: each member's state is padded to it
 and its loss taken over its own tokens (``model/padded_vocab.py``), so it still trains as its
 single run does (to rounding) and saves its own shapes. Plain members of a randomized program
@@ -48,6 +49,7 @@ from pe_research.config.validate import steps_per_call
 from pe_research.core.errors import ConfigError
 from pe_research.model import build_model, model_line
 from pe_research.model.factory import abstract_model
+from pe_research.model.member_settings import members_model_settings
 from pe_research.model.padded_vocab import crop_to, pad_to, shapes_of, widest
 from pe_research.runs import provenance
 from pe_research.runs.checkpoint import abstract_like, run_checkpointer
@@ -70,7 +72,7 @@ from pe_research.training.loop import (
     prepare_run_dir,
     start_from_source,
 )
-from pe_research.training.optimizer import MEMBER_SETTINGS
+from pe_research.training.optimizer import OPTIMIZER_SETTINGS
 from pe_research.training.periodic_eval import PeriodicEvaluator
 from pe_research.training.program_memory import (
     budget_bytes,
@@ -113,7 +115,8 @@ def check_members(configs: Sequence[ml_collections.ConfigDict]) -> None:
                   if stacked(key) and not key.startswith("wandb.")]) for c in configs]
     if len(set(runs)) != len(runs):
         raise ConfigError("seed", [int(c.seed) for c in configs], "members need distinct seeds "
-                          "(or optimizer settings, dropout rates, tasks or lengths)")
+                          "(or optimizer settings, dropout rates, wavelength bases, tasks or "
+                          "lengths)")
 
 
 def member_shapes(configs: Sequence[ml_collections.ConfigDict],
@@ -190,12 +193,25 @@ def _restore_common_step(checkpointers: Sequence[Any], params: Sequence[Any],
                     for c, p, o in zip(checkpointers, params, opt_state, strict=True)]
 
 
+@dataclasses.dataclass
+class StackedProgram:
+    """The program of a job's members: its ensemble ``steps``; each member's own model
+    ``split`` ``(graphdef, params, rest)`` (fresh parameters from its seed); ``wide``, the index
+    of the widest vocabulary's member, whose model (with randomized positions if any member has
+    them) the program runs; each member's randomized range; and each member's own model
+    settings (``{attribute: scalar}``, the same keys for all; empty when they share them)."""
+
+    steps: Steps
+    split: list[tuple[Any, Any, Any]]
+    wide: int
+    ranges: list[int]
+    model_settings: list[dict[str, jax.Array]]
+
+
 def stacked_steps(configs: Sequence[ml_collections.ConfigDict], vocab_sizes: Sequence[int],
-                  mesh: Mesh) -> tuple[Steps, list[tuple[Any, Any, Any]], int]:
-    """The program of ``configs`` as members: its ensemble steps, each member's own model split
-    ``(graphdef, params, rest)`` (fresh parameters from its seed) and the index of the widest
-    vocabulary's member, whose model (with randomized positions if any member has them) the
-    program runs; what differs between members passes as per-member arguments."""
+                  mesh: Mesh) -> StackedProgram:
+    """The program of ``configs`` as members; what differs between members passes as
+    per-member arguments."""
     ranges = [randomized_range(to_dict(config)) for config in configs]
     split = [nnx.split(build_model(config, vocab), nnx.Param, ...)
              for config, vocab in zip(configs, vocab_sizes, strict=True)]
@@ -210,22 +226,25 @@ def stacked_steps(configs: Sequence[ml_collections.ConfigDict], vocab_sizes: Seq
         return values if len(set(values)) > 1 else None
 
     settings = {key: own([float(config.train[key]) for config in configs])
-                for key in MEMBER_SETTINGS}
+                for key in OPTIMIZER_SETTINGS}
+    model_settings = members_model_settings(configs)
     steps = make_steps(graphdef, rest, configs[wide].train, mesh,
                        [config.seed for config in configs],
                        {key: values for key, values in settings.items() if values is not None},
                        configs[wide].eval.query_block, ensemble=True,
                        vocab_sizes=own(list(vocab_sizes)),
                        plain_positions=own([r == 0 for r in ranges]),
-                       dropout_rates=own([float(c.model.dropout_rate) for c in configs]))
-    return steps, split, wide
+                       model_settings=model_settings)
+    return StackedProgram(steps, split, wide, ranges, [
+        {name: jnp.float32(values[k]) for name, values in model_settings.items()}
+        for k in range(len(configs))])
 
 
 def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
                   cleanup: contextlib.ExitStack) -> EnsembleResult:
     vocab_sizes = [task.vocabulary.size for task in tasks]
-    ranges = [randomized_range(to_dict(config)) for config in configs]
-    steps, split, wide = stacked_steps(configs, vocab_sizes, mesh)
+    program = stacked_steps(configs, vocab_sizes, mesh)
+    steps, split, wide, ranges = program.steps, program.split, program.wide, program.ranges
     on_eval_mesh = replicated(eval_mesh)
     member_params = [jax.device_put(params, on_eval_mesh) for _, params, _ in split]
     member_opt = [steps.optimizer.init(params) for params in member_params]
@@ -291,7 +310,8 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
         evaluate_with_key, base_key = evaluators[own_model[k]], jax.random.key(config.seed)
         evaluator = PeriodicEvaluator(
             config, task, eval_mesh,
-            lambda params, batch, f=evaluate_with_key, key=base_key: f(params, batch, key),
+            lambda params, batch, f=evaluate_with_key, key=base_key,
+            settings=program.model_settings[k] or None: f(params, batch, key, settings),
             run_dir)
         members.append(MemberRun(config, run_dir, vocab_sizes[k], checkpointers[k], writer,
                                  evaluator, windows[k]))

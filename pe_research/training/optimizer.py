@@ -11,7 +11,7 @@ import optax
 
 # The optimizer settings members of one program may each have their own of: scalars the update
 # reads, passed to the stacked step as traced values (``training/step.py``).
-MEMBER_SETTINGS = ("learning_rate", "weight_decay", "clip_norm")
+OPTIMIZER_SETTINGS = ("learning_rate", "weight_decay", "clip_norm")
 
 
 def learning_rate_schedule(train: Mapping[str, Any]) -> optax.Schedule:
@@ -39,7 +39,7 @@ def decays(param: jax.Array) -> bool:
 def make_optimizer(train: Mapping[str, Any]) -> optax.GradientTransformation:
     """Global-norm clipping (if ``clip_norm`` > 0) then AdamW; no decay on biases and norms.
 
-    ``train`` values of ``MEMBER_SETTINGS`` may be traced scalars (an ensemble member's own);
+    ``train`` values of ``OPTIMIZER_SETTINGS`` may be traced scalars (an ensemble member's own);
     a traced ``clip_norm`` of 0 clips nothing, as the untraced 0 does."""
     adamw = optax.adamw(learning_rate_schedule(train), weight_decay=train["weight_decay"],
                         mask=lambda params: jax.tree.map(decays, params))

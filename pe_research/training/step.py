@@ -10,9 +10,9 @@ trace. Randomness is explicit: the keys for dropout and randomized positions are
 * the jit: one program per batch shape, K steps per call (``train.steps_per_call``) as a
   ``lax.scan`` over K stacked batches (one step without the loop), bit for bit the K steps of
   K calls;
-* the keys (and an ensemble's learning rates, weight decays, clipping norms and dropout rates)
-  passed as arguments, not baked in as constants, so runs that differ only in their seed build
-  one program (one compilation-cache entry);
+* the keys (and an ensemble's learning rates, weight decays, clipping norms, dropout rates and
+  wavelength bases) passed as arguments, not baked in as constants, so runs that differ only in
+  their seed build one program (one compilation-cache entry);
 * the state between calls, held as the flat list of its leaves: a call does no Python work per
   NNX variable, and the state's buffers are donated to the next call.
 
@@ -57,33 +57,35 @@ def step_functions(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
     """The pure (unjitted) train and eval steps of one model; the eval step attends
     ``query_block`` queries at a time (``eval.query_block``; 0: all), the train step all.
 
-    ``train_step(params, opt_state, batch, step, base_key, member_settings=None,
-    vocab_size=None, plain_positions=None, dropout_rate=None)``: ``member_settings`` (traced
-    scalars: an ensemble member's own ``learning_rate``, ``weight_decay``, ``clip_norm``:
-    ``optimizer.MEMBER_SETTINGS``) replace the ``train`` block's; the optimizer state's
-    structure does not depend on them. With a ``vocab_size`` (a member's own, below the
-    model's) the loss and metrics are over those tokens only (``model/padded_vocab.py``); with
-    ``plain_positions`` True a member of a randomized-positions program trains on plain ones;
-    a ``dropout_rate`` (traced) replaces the model's.
-    ``eval_step(params, batch, base_key)`` returns summable metric sums.
+    ``train_step(params, opt_state, batch, step, base_key, optimizer_settings=None,
+    vocab_size=None, plain_positions=None, model_settings=None)``: ``optimizer_settings``
+    (traced scalars: an ensemble member's own ``learning_rate``, ``weight_decay``,
+    ``clip_norm``: ``optimizer.OPTIMIZER_SETTINGS``) replace the ``train`` block's; the
+    optimizer state's structure does not depend on them. With a ``vocab_size`` (a member's own,
+    below the model's) the loss and metrics are over those tokens only
+    (``model/padded_vocab.py``); with ``plain_positions`` True a member of a
+    randomized-positions program trains on plain ones; ``model_settings`` (traced scalars
+    keyed by ``member_settings.MODEL_SETTINGS``: dropout rate, wavelength base) replace the
+    model's.
+    ``eval_step(params, batch, base_key, model_settings=None)`` returns summable metric sums.
     """
     predict_eos = bool(train_cfg.get("predict_eos", True))
 
-    def loss_fn(params, batch, key, vocab_size, plain_positions, dropout_rate):
+    def loss_fn(params, batch, key, vocab_size, plain_positions, model_settings):
         logits = forward(nnx.merge(graphdef, params, rest), batch, key, training=True,
-                         plain=plain_positions, dropout_rate=dropout_rate)
+                         plain=plain_positions, settings=model_settings)
         logits = mask_logits(logits, vocab_size)
         loss = token_cross_entropy(logits, batch["target_output"],
                                    scored_mask(batch, predict_eos))
         return loss, logits
 
-    def train_step(params, opt_state, batch, step, base_key, member_settings=None,
-                   vocab_size=None, plain_positions=None, dropout_rate=None):
-        member_optimizer = optimizer if member_settings is None else \
-            make_optimizer({**dict(train_cfg), **member_settings})
+    def train_step(params, opt_state, batch, step, base_key, optimizer_settings=None,
+                   vocab_size=None, plain_positions=None, model_settings=None):
+        member_optimizer = optimizer if optimizer_settings is None else \
+            make_optimizer({**dict(train_cfg), **optimizer_settings})
         key = jax.random.fold_in(base_key, step)
         (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            params, batch, key, vocab_size, plain_positions, dropout_rate)
+            params, batch, key, vocab_size, plain_positions, model_settings)
         updates, opt_state = member_optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         outputs = Outputs(logits, batch["target_output"], scored_mask(batch, predict_eos))
@@ -91,10 +93,11 @@ def step_functions(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
                    "grad_norm": optax.global_norm(grads)}
         return params, opt_state, metrics
 
-    def eval_step(params, batch, base_key):
+    def eval_step(params, batch, base_key, model_settings=None):
         key = jax.random.fold_in(base_key, EVAL_KEY_TAG)
         model = set_query_block(nnx.merge(graphdef, params, rest), query_block)
-        return eval_sums(forward(model, batch, key, training=False), batch, predict_eos)
+        return eval_sums(forward(model, batch, key, training=False, settings=model_settings),
+                         batch, predict_eos)
 
     return train_step, eval_step
 
@@ -105,7 +108,7 @@ class CompiledStep:
     (``hold`` / ``state``); returns the metrics with a leading ``[K]`` axis.
 
     ``train_step(params, opt_state, batch, step, *trailing)``; ``trailing`` (keys, members'
-    optimizer settings) are passed to every call as arguments. ``state_sharding`` places the state,
+    own settings) are passed to every call as arguments. ``state_sharding`` places the state,
     ``metrics_sharding`` the metrics.
     """
 
@@ -165,8 +168,9 @@ class CompiledStep:
 class Steps:
     """A run's compiled train step, its eval step and what built them.
 
-    ``evaluate_with_key(params, batch, base_key)`` scores one model's parameters (an ensemble
-    member's too); ``evaluator(seed)`` binds a seed's key to it.
+    ``evaluate_with_key(params, batch, base_key, model_settings=None)`` scores one model's
+    parameters (an ensemble member's too, with its own model settings); ``evaluator(seed)``
+    binds a seed's key to it.
     """
 
     train: CompiledStep
@@ -185,6 +189,12 @@ class Steps:
         return lambda params, batch: self.evaluate_with_key(params, batch, base_key)
 
 
+def as_arrays(settings: Mapping[str, Sequence[float]] | None) -> dict[str, jax.Array] | None:
+    """``{name: [M] float32}`` of members' own settings (None when there are none)."""
+    return {name: jnp.asarray(values, jnp.float32)
+            for name, values in (settings or {}).items()} or None
+
+
 def member_keys(seeds: Sequence[int]) -> jax.Array:
     """``[M]`` typed keys, member k's equal to ``jax.random.key(seeds[k])``."""
     return jax.random.wrap_key_data(
@@ -192,29 +202,28 @@ def member_keys(seeds: Sequence[int]) -> jax.Array:
 
 
 def make_steps(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any], mesh: Mesh,
-               seeds: Sequence[int], member_settings: Mapping[str, Sequence[float]] | None = None,
+               seeds: Sequence[int],
+               optimizer_settings: Mapping[str, Sequence[float]] | None = None,
                query_block: int = 0, ensemble: bool = False,
                vocab_sizes: Sequence[int] | None = None,
                plain_positions: Sequence[bool] | None = None,
-               dropout_rates: Sequence[float] | None = None) -> Steps:
+               model_settings: Mapping[str, Sequence[float]] | None = None) -> Steps:
     """The steps of one run (``seeds`` of one, state replicated on ``mesh``) or, with
     ``ensemble``, of M members at once: ``jax.vmap`` of the single step over a leading member
     axis of state and batches (sharded over the mesh's ``members`` axis); member k draws its
-    keys from ``seeds[k]``, with ``member_settings`` (``{'learning_rate': [M], ...}``, keys
-    of ``optimizer.MEMBER_SETTINGS``) updates with its own ``member_settings[key][k]``, with
-    ``vocab_sizes`` scores its own ``vocab_sizes[k]`` tokens of the model's, with
-    ``plain_positions`` trains on plain positions where ``plain_positions[k]``, and with
-    ``dropout_rates`` drops at its own ``dropout_rates[k]``."""
+    keys from ``seeds[k]``, with ``optimizer_settings`` (``{'learning_rate': [M], ...}``,
+    keys of ``optimizer.OPTIMIZER_SETTINGS``) updates with its own
+    ``optimizer_settings[key][k]``, with ``vocab_sizes`` scores its own ``vocab_sizes[k]``
+    tokens of the model's, with ``plain_positions`` trains on plain positions where
+    ``plain_positions[k]``, and with ``model_settings`` (``{'dropout_rate': [M], ...}``, keys
+    of ``member_settings.MODEL_SETTINGS``) runs its model at its own ``model_settings[key][k]``."""
     optimizer = make_optimizer(train_cfg)
     train_step, eval_step = step_functions(graphdef, rest, train_cfg, optimizer, query_block)
     same = replicated(mesh)
     if ensemble:
-        settings = {key: jnp.asarray(values, jnp.float32)
-                    for key, values in (member_settings or {}).items()} or None
         vocabs = None if vocab_sizes is None else jnp.asarray(vocab_sizes, jnp.int32)
         plain = None if plain_positions is None else jnp.asarray(plain_positions, bool)
-        rates = None if dropout_rates is None else jnp.asarray(dropout_rates, jnp.float32)
-        own = (settings, vocabs, plain, rates)
+        own = (as_arrays(optimizer_settings), vocabs, plain, as_arrays(model_settings))
         stacked_step = jax.vmap(train_step, in_axes=(
             0, 0, 0, None, 0, *[None if value is None else 0 for value in own]))
         train = CompiledStep(stacked_step, (member_keys(seeds), *own), member_sharded(mesh),

@@ -1,0 +1,51 @@
+"""The model's scalars each member of a stacked program may have its own of.
+
+They are plain attributes of the model's modules, read when the model is called, so a program
+sets a member's values on its model as traced scalars after merging it
+(``set_member_settings``) and members that differ only in them share one compiled program:
+
+* ``dropout_rate`` (``model.dropout_rate``): every layer's and the embedding's dropout;
+* ``max_wavelength`` (``model.pe.max_wavelength``): the wavelength base of the sinusoidal and
+  rotary schemes (RoPE's theta; sinusoidal, scaled sinusoidal, Transformer-XL, xPos, PoPE), a
+  common axis of length-extrapolation sweeps (e.g. Men et al. 2024, "Base of RoPE Bounds
+  Context Length").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+from flax import nnx
+
+# attribute of the model's modules -> the config key it comes from
+MODEL_SETTINGS = {"dropout_rate": "model.dropout_rate",
+                  "max_wavelength": "model.pe.max_wavelength"}
+
+
+def config_value(config: Mapping[str, Any], key: str) -> Any:
+    """The value of the dotted ``key`` in a nested config (None where it is absent)."""
+    value: Any = config
+    for part in key.split("."):
+        value = value.get(part) if hasattr(value, "get") else None
+    return value
+
+
+def members_model_settings(configs: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
+    """``{attribute: [member k's value]}`` for the settings of ``MODEL_SETTINGS`` the members'
+    configs differ in (a setting every member shares stays in the program's model)."""
+    settings = {}
+    for attribute, key in MODEL_SETTINGS.items():
+        values = [config_value(config, key) for config in configs]
+        if None not in values and len({float(value) for value in values}) > 1:
+            settings[attribute] = [float(value) for value in values]
+    return settings
+
+
+def set_member_settings(model: nnx.Module,
+                        settings: Mapping[str, jax.Array] | None) -> nnx.Module:
+    """``model`` with each module's attribute named in ``settings`` set to its (traced) value."""
+    for attribute, value in (settings or {}).items():
+        model.set_attributes(**{attribute: value}, raise_if_not_found=False)
+    return model
