@@ -30,6 +30,10 @@ def test_points_that_differ_in_task_share_programs_up_to_the_cap_and_shapes_neve
     assert group_points(plan.points, indices, 4) == [[0, 1], [2], [3, 4], [5]]
     assert group_points(plan.points, indices, 0) == [[i] for i in indices]
     assert group_points(plan.points, [1, 4, 5], 8) == [[1], [4, 5]]  # finished points left out
+    # points with runs left to train (resumed, or given more seeds) count only those
+    assert group_points(plan.points, indices, 4, {i: 1 for i in indices}) == [[0, 1, 2],
+                                                                                  [3, 4, 5]]
+    assert group_points(plan.points, [0, 1, 2], 4, {0: 1, 1: 1, 2: 2}) == [[0, 1, 2]]
     vocabularies = {"reverse_string": 5, "copy": 13, "bucket_sort": 8}
     for group in group_points(plan.points, indices, 8):
         configs = [from_mapping(member.config) for index in group

@@ -35,8 +35,8 @@ from pe_research.sweeps.spec import load_sweep
 from pe_research.sweeps.state import (
     SweepDir,
     counts,
-    points_to_run,
     refresh,
+    runs_left,
     status_table,
     write_plan,
 )
@@ -176,8 +176,9 @@ def counted(number: int, noun: str) -> str:
 def _run_locked(args: argparse.Namespace, plan, settings: dict, sweep_dir: SweepDir,
                 command: str, cap: int) -> int:
     write_plan(sweep_dir, plan, command, args.executor)
-    indices = points_to_run(sweep_dir, [p.index for p in plan.points])
-    groups = group_points(plan.points, indices, cap)
+    left = runs_left(sweep_dir, [p.index for p in plan.points])
+    indices = list(left)
+    groups = group_points(plan.points, indices, cap, left)
     names = {p.index: p.name for p in plan.points}
     members = len(plan.points[0].members)
     programs = f" in {counted(len(groups), 'program')} of up to {cap} members" if cap else ""

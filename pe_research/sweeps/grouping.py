@@ -77,10 +77,12 @@ def fill_in_order(entries: Sequence[tuple[str, int, T]], cap: int,
     return groups
 
 
-def group_points(points: Sequence[Point], indices: Sequence[int], cap: int) -> list[list[int]]:
+def group_points(points: Sequence[Point], indices: Sequence[int], cap: int,
+                 left: Mapping[int, int] | None = None) -> list[list[int]]:
     """The grid points ``indices`` in programs: points that can stack, in grid order, up to
     ``cap`` members a program (a point larger than the cap keeps a program of its own; 0: one
-    program per point)."""
+    program per point). A point counts the members it has ``left`` to train (default: all): a
+    job trains only those, so points resumed or given more seeds fill programs by them."""
     by_index = {point.index: point for point in points}
     if cap <= 0:
         return [[index] for index in indices]
@@ -90,5 +92,5 @@ def group_points(points: Sequence[Point], indices: Sequence[int], cap: int) -> l
                              for i in [*group, index]])
 
     return fill_in_order([(program_key(by_index[index].members[0].config),
-                           len(by_index[index].members), index) for index in indices],
-                         cap, ranges_join)
+                           (left or {}).get(index, len(by_index[index].members)), index)
+                          for index in indices], cap, ranges_join)

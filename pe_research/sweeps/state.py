@@ -246,6 +246,8 @@ def status_table(manifest: Mapping[str, Any], *, unfinished_only: bool = False) 
     return "\n".join(lines)
 
 
-def points_to_run(sweep_dir: SweepDir, indices: Sequence[int]) -> list[int]:
-    """Grid points with a run that is not done (finished runs are never trained again)."""
-    return [i for i in indices if any(r["state"] != "done" for r in run_states(sweep_dir, i))]
+def runs_left(sweep_dir: SweepDir, indices: Sequence[int]) -> dict[int, int]:
+    """``{index: runs not done}`` of the grid points ``indices`` that have any (finished runs
+    are never trained again), in order."""
+    left = {i: sum(r["state"] != "done" for r in run_states(sweep_dir, i)) for i in indices}
+    return {i: count for i, count in left.items() if count}
