@@ -24,11 +24,12 @@ from pe_research.evaluation.compare import (
     legend_names,
     load_curve,
 )
+from pe_research.evaluation.finding import seed_lines
 from pe_research.evaluation.grouping import natural_key
 from pe_research.evaluation.plots import mark_training_ranges, plot_comparison
 from pe_research.evaluation.range_eval import EvalResult, LengthResult
 from pe_research.evaluation.results import write_results
-from pe_research.model.metrics import wilson_interval
+from pe_research.model.metrics import get_metric, wilson_interval
 from pe_research.runs.restore import LoadedRun
 from pe_research.runs.run_dir import save_config
 from pe_research.runs.tracking import JsonlWriter
@@ -117,6 +118,31 @@ def test_aggregates_over_seeds(run_dirs, tmp_path):
     assert "max over seeds" in markdown and "ddof=1" in markdown
     assert paths["png"].stat().st_size > 10_000
     assert png_width(paths["png"]) == 8 * 120  # 5 legend entries: the legend stays inside
+
+
+def test_the_seeds_of_each_group_are_listed_and_only_pairs_they_separate_are_ordered():
+    def summary(*ood):
+        return {"ood_runs": list(ood)}
+
+    lines = seed_lines({"a": summary(0.3, 0.35), "b": summary(0.1, 0.2), "c": summary(0.25, 0.5),
+                        "d": summary(0.9)}, get_metric("exact_match"))
+    assert lines == ["OOD per seed (%, seeds in run order): a: 30.0, 35.0; b: 10.0, 20.0; "
+                     "c: 25.0, 50.0.", "",
+                     "Seeds apart (every seed of one higher than every seed of the other): "
+                     "a higher than b; c higher than b; every other pair overlaps.", ""]
+    assert seed_lines({"a": summary(0.3, 0.35), "b": summary(0.33, 0.4)},
+                      get_metric("exact_match"))[2].endswith("none, every pair overlaps.")
+    assert seed_lines({"a": summary(0.3, 0.35), "d": summary(0.9)},
+                      get_metric("exact_match")) == []  # one seed says nothing about order
+
+
+def test_the_comparison_lists_each_groups_seeds(tmp_path):
+    runs = [write_run(tmp_path / "runs", scheme, seed, curve) for scheme, seed, curve in
+            [("rope", 0, (1, 1, 0.5, 0.0)), ("rope", 1, (1, 1, 0.25, 0.0)),
+             ("alibi", 0, (1, 1, 0.9, 0.7)), ("alibi", 1, (1, 1, 0.8, 0.6))]]
+    markdown = compare_runs(runs, tmp_path / "out").paths["markdown"].read_text()
+    assert "OOD per seed (%, seeds in run order): alibi: 80.0, 70.0; rope: 25.0, 12.5." in markdown
+    assert "alibi higher than rope; every other pair overlaps." in markdown
 
 
 def test_curves_measured_with_test_time_settings_say_so_and_judge_the_fit_as_trained(

@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 from pe_research.config.naming import short_keys
 from pe_research.core.atomic_files import atomic_open, atomic_write_text
 from pe_research.core.errors import ConfigError
-from pe_research.evaluation.finding import comparison_finding
+from pe_research.evaluation.finding import comparison_finding, seed_lines
 from pe_research.evaluation.group_summary import (
     averaging_text,
     best_word,
@@ -300,7 +300,8 @@ def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
              + (f"; longest n: the longest length up to which every evaluated length scores ≥ "
                 f"{100 * threshold:g}% on the group's mean (or {best}) curve."
                 if definition.unit == "%" else "."), "",
-             markdown_table(summaries, group_by, threshold, definition), ""]
+             markdown_table(summaries, group_by, threshold, definition), "",
+             *seed_lines(summaries, definition)]
     fit = None if mixed else training_fit(run_dirs, metric, as_trained=bool(setting),
                                           group_by=group_by, eval_name=eval_name,
                                           threshold=threshold)

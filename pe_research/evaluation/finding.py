@@ -12,7 +12,9 @@ length named in the sentence is the evaluated length beyond training where the t
 curves are furthest apart. A seed below ``learned`` at one training length (its mean still
 reaching it) is named last. Curves measured with test-time settings the runs were not trained
 with (``setting``) are said to be so; the training fit is then judged as trained (``fit``), and
-the groups whose training lengths fall short under the settings are named.
+the groups whose training lengths fall short under the settings are named. Under the table,
+each group's seeds beyond training are listed and the pairs of groups they order are named
+(``seed_lines``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,26 @@ def seed_order(values: Sequence[float], other: Sequence[float]) -> str:
     if max(values) < min(other):
         return "below"
     return "level"
+
+
+def seed_lines(summaries: Mapping[str, Mapping[str, Any]], metric: Metric) -> list[str]:
+    """Markdown lines under a comparison's table: each group's value beyond training per seed,
+    and the pairs of groups the seeds order (``seed_order``: every seed of one higher than
+    every seed of the other); none when fewer than two groups have two seeds beyond training."""
+    runs = {name: s["ood_runs"] for name, s in summaries.items()
+            if len(s.get("ood_runs") or []) > 1 and not any(map(math.isnan, s["ood_runs"]))}
+    if len(runs) < 2:
+        return []
+    scale, unit = (100, "%") if metric.unit == "%" else (1, "")
+    seeds = "; ".join(f"{name}: " + ", ".join(f"{scale * v:.1f}" for v in values)
+                      for name, values in runs.items())
+    pairs = [(name, [other for other in runs if other != name
+                     and seed_order(runs[name], runs[other]) == "above"]) for name in runs]
+    ordered = [f"{name} higher than {name_list(lower)}" for name, lower in pairs if lower]
+    return [f"OOD per seed ({unit or 'value'}, seeds in run order): {seeds}.", "",
+            "Seeds apart (every seed of one higher than every seed of the other): "
+            + ("; ".join(ordered) + "; every other pair overlaps." if ordered
+               else "none, every pair overlaps."), ""]
 
 
 def name_list(names: Sequence[str]) -> str:
