@@ -5,6 +5,7 @@ from conftest import REPO
 from sweep_files import write_sweep
 
 from pe_research.config import from_mapping
+from pe_research.config.stacking import first_difference, program_key
 from pe_research.core.errors import ConfigError
 from pe_research.sweeps.grouping import (
     MEMBERS_PER_PROGRAM,
@@ -86,3 +87,16 @@ def test_points_that_differ_in_optimizer_scalars_dropout_or_base_share_a_program
             '{"model.pe.max_wavelength": 500.0}]')
     plan = load_sweep(write_sweep(tmp_path / "s.py", grid=grid))
     assert group_points(plan.points, [0, 1, 2, 3, 4], 8) == [[0, 1, 3, 4], [2]]
+
+
+def test_a_base_stacks_unless_per_layer_schemes_may_carry_their_own():
+    def config(base: float, layers: tuple = ()):
+        return {"seed": 0, "model": {"pe": {"type": "rope", "max_wavelength": base,
+                                            "layers": layers}}}
+
+    assert first_difference(config(500.0), config(1e4)) is None
+    assert program_key(config(500.0)) == program_key(config(1e4))
+    layered = ("rope", {"type": "xpos", "max_wavelength": 100.0})
+    assert first_difference(config(500.0, layered), config(1e4, layered)) == \
+        "model.pe.max_wavelength"
+    assert program_key(config(500.0, layered)) != program_key(config(1e4, layered))

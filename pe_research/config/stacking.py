@@ -22,18 +22,24 @@ STACKED_KEYS = ("seed", "train.learning_rate", "train.weight_decay", "train.clip
                 "wandb.name", "wandb.tags", "model.pe.randomize.max_position",
                 "model.dropout_rate", "model.pe.max_wavelength")
 STACKED_PREFIXES = ("task.",)
+# Set on every module of the program's model, so not where per-layer schemes (model.pe.layers)
+# may carry bases of their own.
+NOT_WITH_LAYERS = ("model.pe.max_wavelength",)
 
 
-def stacked(key: str) -> bool:
-    """Whether the dotted config ``key`` may differ between members of one program."""
+def stacked(key: str, flat: Mapping[str, Any] | None = None) -> bool:
+    """Whether the dotted config ``key`` may differ between members of one program (of the
+    flat config ``flat``, when given)."""
+    if flat and flat.get("model.pe.layers") and key in NOT_WITH_LAYERS:
+        return False
     return key in STACKED_KEYS or key.startswith(STACKED_PREFIXES)
 
 
 def program_key(config: Mapping[str, Any]) -> str:
     """What members of one program must share: every key of the (nested) ``config`` dict but
     the stacked ones, as text (two configs with equal keys train in one program)."""
-    shared = {key: value for key, value in flat_config(dict(config)).items()
-              if not stacked(key)}
+    flat = flat_config(dict(config))
+    shared = {key: value for key, value in flat.items() if not stacked(key, flat)}
     return repr(sorted(shared.items()))
 
 
@@ -42,7 +48,7 @@ def first_difference(first: Mapping[str, Any], other: Mapping[str, Any]) -> str 
     dicts (None when they can train in one program)."""
     a, b = flat_config(dict(first)), flat_config(dict(other))
     for key in sorted(set(a) | set(b)):
-        if not stacked(key) and a.get(key) != b.get(key):
+        if not (stacked(key, a) and stacked(key, b)) and a.get(key) != b.get(key):
             return key
     return None
 
