@@ -134,6 +134,9 @@ def test_the_seeds_of_each_group_are_listed_and_only_pairs_they_separate_are_ord
                       get_metric("exact_match"))[2].endswith("none, every pair overlaps.")
     assert seed_lines({"a": summary(0.3, 0.35), "d": summary(0.9)},
                       get_metric("exact_match")) == []  # one seed says nothing about order
+    assert seed_lines({"a": summary(4.372, 4.25), "b": summary(5.1, 5.3)},
+                      get_metric("perplexity"))[0] == \
+        "OOD per seed (teacher-forced perplexity, seeds in run order): a: 4.37, 4.25; b: 5.1, 5.3."
 
 
 def test_the_comparison_lists_each_groups_seeds(tmp_path):

@@ -54,13 +54,14 @@ def seed_lines(summaries: Mapping[str, Mapping[str, Any]], metric: Metric) -> li
             if len(s.get("ood_runs") or []) > 1 and not any(map(math.isnan, s["ood_runs"]))}
     if len(runs) < 2:
         return []
-    scale, unit = (100, "%") if metric.unit == "%" else (1, "")
-    seeds = "; ".join(f"{name}: " + ", ".join(f"{scale * v:.1f}" for v in values)
-                      for name, values in runs.items())
+    percent = metric.unit == "%"
+    seeds = "; ".join(f"{name}: " + ", ".join(f"{100 * v:.1f}" if percent else f"{v:.3g}"
+                                             for v in values) for name, values in runs.items())
     pairs = [(name, [other for other in runs if other != name
                      and seed_order(runs[name], runs[other]) == "above"]) for name in runs]
     ordered = [f"{name} higher than {name_list(lower)}" for name, lower in pairs if lower]
-    return [f"OOD per seed ({unit or 'value'}, seeds in run order): {seeds}.", "",
+    return [f"OOD per seed ({'%' if percent else metric.label.lower()}, seeds in run order): "
+            f"{seeds}.", "",
             "Seeds apart (every seed of one higher than every seed of the other): "
             + ("; ".join(ordered) + "; every other pair overlaps." if ordered
                else "none, every pair overlaps."), ""]
