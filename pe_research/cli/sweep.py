@@ -59,9 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="train grid points that differ only in task, lengths, seed, "
                              "learning rate, weight decay, clip norm, dropout, wavelength base "
                              "(model.pe.max_wavelength) or plain vs randomized positions (one "
-                             "range) stacked in one program of up to "
-                             "N members; 'auto': the cap measured for the device; 'point': one "
-                             "program per grid point (default: the sweep file's, else 'point')")
+                             "range) stacked in one program of up to N members; 'auto': the cap "
+                             "measured for the device; 'point': one program per grid point "
+                             "(default: the sweep file's, else 'point')")
     parser.add_argument("--partition", default=None, help="SLURM partition")
     parser.add_argument("--gpus-per-job", type=int, default=None, help="GPUs per SLURM job")
     parser.add_argument("--cpus-per-job", type=int, default=None, help="CPUs per SLURM job")
