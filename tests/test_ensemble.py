@@ -116,18 +116,19 @@ def test_members_with_their_own_dropout_rates_equal_independent_runs(tmp_path):
 
 @pytest.mark.slow
 def test_members_of_tasks_with_different_vocabularies_equal_independent_runs(tmp_path, capsys):
-    """Three tasks of 5, 8 and 13 tokens; the first on plain positions, the others randomized."""
+    """Three tasks of 5, 8 and 13 tokens; the first on plain positions, the others on positions
+    randomized in [0, 64) and, the widest vocabulary's (so the program model's), [0, 128)."""
     def config(seed, task):
         member = member_config(seed, task=task)
-        if task == TASKS[0]:
-            member.model.pe.randomize.max_position = 0
+        member.model.pe.randomize.max_position = (0, 64, 128)[TASKS.index(task)]
         return member
 
     configs = [config(seed, task) for seed, task in enumerate(TASKS)]
     members = [tmp_path / task for task in TASKS]
     result = train_ensemble(configs, members)
     console = capsys.readouterr()
-    assert "3 tasks (vocabularies padded to 13), 1 on plain positions" in console.out
+    assert ("3 tasks (vocabularies padded to 13), positions: 1 plain, 1 in [0, 64), "
+            "1 in [0, 128)") in console.out
     # the bar names the member being evaluated, at each of the two evaluations
     bar = console.err.replace("\r", "\n")
     assert [bar.count(f"train: evaluating member {k}/3:") for k in (1, 2, 3)] == [2, 2, 2]
@@ -165,11 +166,11 @@ def test_members_may_differ_only_in_what_stacks():
     longer.data.train_lengths = (1, 6)
     plain = member_config(0)
     plain.model.pe.randomize.max_position = 0
-    check_members([member_config(0), longer, plain])  # lengths and plain positions stack
     wider = member_config(1)
     wider.model.pe.randomize.max_position = 128
-    with pytest.raises(ConfigError, match="only as 0 .plain positions. and one range"):
-        check_members([member_config(0), wider])
+    check_members([member_config(0), longer, plain, wider])  # lengths and ranges stack
+    with pytest.raises(ConfigError, match="distinct seeds .or .*randomized ranges"):
+        check_members([member_config(0), plain, member_config(1), plain])
 
 
 def test_members_whose_models_differ_in_shape_beyond_the_vocabulary_are_refused():

@@ -35,6 +35,7 @@ from pe_research.tasks import get_task
 # vocabulary has the widest batches, and the others' are padded to them.
 TASKS = ("duplicate_string", "bucket_sort", "copy")
 BUCKETS = "--config.data.buckets=(8,16,32,64)"
+RANGES = (0, 128, 64)
 
 
 def config_of(task: str, seed: int = 0, *changes: str):
@@ -52,14 +53,16 @@ def untrained_run(run_dir: Path, config) -> LoadedRun:
 
 
 @pytest.mark.slow
-def test_runs_of_three_vocabularies_and_two_bases_in_one_program_equal_their_own_evaluations(
+def test_runs_of_three_vocabularies_bases_and_ranges_in_one_program_equal_their_own_evaluations(
         tmp_path):
     # The second has twice the examples per length: two batches to the others' one, which the
     # program pads with a batch of padding rows.
-    # The first also has its own RoPE base (the program runs the widest, the third).
+    # The first also has its own RoPE base (the program runs the widest, the third), and each its
+    # own randomized range: plain, [0, 128), and the program model's [0, 64).
     runs = [untrained_run(tmp_path / task, config_of(
         task, seed, f"--config.data.eval_samples={32 if seed == 1 else 16}",
-        f"--config.model.pe.max_wavelength={500.0 if seed == 0 else 1e4}"))
+        f"--config.model.pe.max_wavelength={500.0 if seed == 0 else 1e4}",
+        f"--config.model.pe.randomize.max_position={RANGES[seed]}"))
         for seed, task in enumerate(TASKS)]
     assert sorted({run.task.vocabulary.size for run in runs}) == [5, 8, 13]
     together = evaluate_members(runs)
@@ -147,7 +150,7 @@ def test_the_report_evaluates_points_that_share_a_model_together_up_to_the_cap(t
                              "--config.model.pe.randomize.max_position=64")
     points = [(members_key(from_mapping(read_run_config(run_dirs[0]))) if run_dirs else "",
                run_dirs) for run_dirs in (reverse, wider, copy, [], sort, randomized)]
-    assert evaluation_programs(points, cap=8) == [reverse + copy, wider, sort, randomized]
+    assert evaluation_programs(points, cap=8) == [reverse + copy, wider, sort + randomized]
     assert evaluation_programs(points, cap=2) == [reverse, wider, copy, sort, randomized]
     # the key the grouping reads: what evaluate_members checks
     assert members_key(config_of("copy", 1)) == members_key(config_of("reverse_string", 4))
@@ -166,7 +169,7 @@ def test_runs_that_cannot_share_a_program_are_refused_before_anything_runs(tmp_p
                    for seed, (name, lengths) in enumerate(
                        [("c", "--config.data.train_lengths=(1,6)"),
                         ("d", "--config.data.train_lengths=(1,8)")]))
-    with pytest.raises(ValueError, match="randomized range, decoding or eval lengths"):
+    with pytest.raises(ValueError, match="differ in decoding or eval lengths"):
         check_evaluated_together([short, long])
     check_evaluated_together([short, long], (4, 8))
     assert not any((tmp_path / name).exists() for name in "abcd")

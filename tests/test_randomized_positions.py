@@ -188,3 +188,25 @@ def test_an_examples_draw_depends_on_its_index_not_its_batch():
     assert not np.array_equal(random_positions(first, mask, 32), random_positions(second, mask, 32))
     with pytest.raises(ValueError, match="2 keys for 5 rows"):
         random_positions(example_keys(key, 0, 2), mask, 32)
+
+
+@pytest.mark.parametrize("architecture, per", [("encoder_decoder", "example"),
+                                               ("decoder_only", "batch")])
+def test_a_member_of_a_program_of_several_ranges_gets_its_own_ranges_positions(architecture, per):
+    """A member of range r in a program whose model draws [0, 128) gets, from the same key, the
+    positions a model of range r draws (0: plain ones)."""
+    from pe_research.model.inputs import batch_positions, member_positions, with_range
+
+    batch = {"source_mask": prefix_mask([5, 3, 6], 6), "target_mask": prefix_mask([4, 2, 7], 7)}
+    program = {**pe_block(128), "randomize": {"max_position": 128, "per": per}}
+    ranges, key = (0, 24, 128), jax.random.key(3)
+    draws = {}
+    for own in ranges:
+        member = jax.jit(lambda r: member_positions(program, batch, key, True, architecture,
+                                                    ranges, r))(jnp.int32(own))
+        alone = batch_positions(with_range(program, own), batch, key, True, architecture)
+        for got, want in zip(member, alone, strict=True):
+            np.testing.assert_array_equal(got, np.broadcast_to(want, got.shape))
+        draws[own] = np.concatenate([np.broadcast_to(p, (3, p.shape[1])) for p in member], 1)
+    assert draws[24].max() < 24 <= draws[128].max()  # the draws differ: the test can fail
+    assert np.array_equal(draws[0][:, :6], np.broadcast_to(np.arange(6), (3, 6)))

@@ -59,11 +59,11 @@ def test_the_cap_is_the_measured_one_for_the_device_the_jobs_get():
             check_members_per_program(bad)
 
 
-def test_plain_points_join_a_program_of_one_randomized_range_only(tmp_path):
+def test_points_of_any_randomized_ranges_share_a_program(tmp_path):
     grid = ('[{"model.pe.randomize.max_position": 0}, {"model.pe.randomize.max_position": 64}, '
-            '{"model.pe.randomize.max_position": 128}, {"model.pe.randomize.max_position": 0}]')
+            '{"model.pe.randomize.max_position": 128}, {"model.pe.randomize.per": "batch"}]')
     plan = load_sweep(write_sweep(tmp_path / "s.py", grid=grid))
-    assert group_points(plan.points, [0, 1, 2, 3], 8) == [[0, 1], [2, 3]]
+    assert group_points(plan.points, [0, 1, 2, 3], 8) == [[0, 1, 2], [3]]
 
 
 def test_the_papers_table_and_its_pilot_stack_a_schemes_cells_on_a_gpu():

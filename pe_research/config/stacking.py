@@ -5,9 +5,10 @@ what is only data, a scalar of the step, or per-member bookkeeping may differ: t
 optimizer's scalars (peak learning rate, weight decay, clipping norm), the model's (dropout rate,
 the positional scheme's wavelength base: ``model/member_settings.py``), the task (the vocabulary is
 padded to the widest member's and each member's loss is taken over its own tokens:
-``training/ensemble.py``), its training and evaluation lengths, the W&B name, and whether positions
-are randomized: plain members (range 0) train in a program of randomized ones (one range ``M``) on
-plain positions, from the same keys (``randomized_range``).
+``training/ensemble.py``), its training and evaluation lengths, the W&B name, and the
+randomized-position range (``randomized_range``; 0: plain positions): the program draws each of its
+members' ranges from a member's keys and the member takes its own
+(``model/inputs.member_positions``).
 """
 
 from __future__ import annotations
@@ -57,9 +58,3 @@ def randomized_range(config: Mapping[str, Any]) -> int:
     """``model.pe.randomize.max_position`` of a nested config dict (0: plain positions)."""
     return int(((config.get("model") or {}).get("pe") or {}).get("randomize", {})
                .get("max_position", 0) or 0)
-
-
-def ranges_stack(ranges: list[int]) -> bool:
-    """Whether members of these randomized ranges can share a program: plain ones (0) and at
-    most one range beyond."""
-    return len({r for r in ranges if r}) <= 1

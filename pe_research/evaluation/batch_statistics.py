@@ -3,7 +3,7 @@ and greedy-decoded (``range_eval`` sums them over a length's batches)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from pe_research.model.decoding import greedy_decode
-from pe_research.model.inputs import abacus_inputs, batch_positions, scored_mask
+from pe_research.model.inputs import abacus_inputs, member_positions, scored_mask
 from pe_research.model.metrics import (
     Outputs,
     example_sums,
@@ -27,6 +27,7 @@ from pe_research.tasks.vocabulary import EOS_ID
 def example_statistics(model: Any, batch: Mapping[str, jax.Array], position_key: jax.Array,
                        oracle_length: bool = False, first_row: jax.Array | int = 0,
                        decode: bool = True, vocab_size: jax.Array | int | None = None,
+                       ranges: Sequence[int] = (), own_range: jax.Array | None = None,
                        ) -> dict[str, jax.Array]:
     """Per-example ``[B]`` numerators and counts of every metric; traced once per shape.
     ``oracle_length`` decodes a second time, at the true length (``oracle_exact_match``);
@@ -35,11 +36,13 @@ def example_statistics(model: Any, batch: Mapping[str, jax.Array], position_key:
     Randomized positions drawn per example come from the example's index in its length's set
     (``first_row`` is the batch's first), so splitting a batch changes no draw. With
     ``vocab_size`` a model padded to a wider vocabulary is scored over its first
-    ``vocab_size`` tokens, as the model of that vocabulary (``model/padded_vocab.py``)."""
+    ``vocab_size`` tokens, as the model of that vocabulary (``model/padded_vocab.py``); with
+    ``own_range`` (traced, one of ``ranges``) on the positions of that randomized range
+    (``inputs.member_positions``)."""
     pe = model.config.pe
     position_key = evaluation_keys(pe, position_key, first_row, batch["source"].shape[0])
-    source_positions, target_positions = batch_positions(pe, batch, position_key, training=False,
-                                                         architecture=model.config.architecture)
+    source_positions, target_positions = member_positions(
+        pe, batch, position_key, False, model.config.architecture, ranges, own_range)
     abacus_ids = abacus_inputs(pe, batch, position_key, training=False)
     logits = model(batch["source"], batch["target_input"], source_positions, target_positions,
                    batch["source_mask"], batch["target_mask"], abacus_ids=abacus_ids)

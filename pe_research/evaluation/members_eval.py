@@ -1,9 +1,10 @@
 """Range evaluation of several runs in one program, vmapped over them (a sweep's report).
 
-Runs that share the model but for the task's vocabulary (``members_key``) are scored together:
-parameters stacked, the model padded to the widest vocabulary (``model/padded_vocab.py``),
-every member's batch padded to the widest member's widths, so the statistics compile once per
-batch shape for all of them; member k's rows equal ``range_eval.evaluate_run(runs[k])``.
+Runs that share the model but for the task's vocabulary and their randomized ranges
+(``members_key``) are scored together: parameters stacked, the model padded to the widest vocabulary
+(``model/padded_vocab.py``), each run on the positions of its own range, every member's batch padded
+to the widest member's widths, so the statistics compile once per batch shape for all of them;
+member k's rows equal ``range_eval.evaluate_run(runs[k])``.
 """
 
 from __future__ import annotations
@@ -47,10 +48,10 @@ def members_key(config: ml_collections.ConfigDict,
                 lengths: Sequence[int] | None = None) -> str:
     """What runs evaluated in one program (``evaluate_members``) share, as text: every setting but
     those members of a training program may differ in (``config/stacking.py``: seed, optimizer
-    scalars, dropout, wavelength base, task), and the randomized range, whether the task decodes and
+    scalars, dropout, wavelength base, task, randomized range), and whether the task decodes and
     the eval lengths (``lengths``, else the config's), which those settings would leave free."""
     nested = config.to_dict()
-    return json.dumps([program_key(nested), randomized_range(nested), task_decodes(config),
+    return json.dumps([program_key(nested), task_decodes(config),
                        [int(n) for n in lengths or default_lengths(config)]])
 
 
@@ -64,7 +65,7 @@ def check_evaluated_together(runs: Sequence[LoadedRun],
             difference = first_difference(runs[0].config.to_dict(), run.config.to_dict())
             raise ValueError(f"{run.run_dir} cannot be evaluated in one program with "
                              f"{runs[0].run_dir}: they differ in "
-                             f"{difference or 'randomized range, decoding or eval lengths'}; "
+                             f"{difference or 'decoding or eval lengths'}; "
                              "evaluate them apart")
 
 
@@ -73,14 +74,14 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
     """Range evaluation of several runs in one program, vmapped over members.
 
     The members share the model but for its vocabulary (``members_key``): they may differ in seed,
-    optimizer scalars (learning rate, ...), dropout rate, wavelength base and task. Member k is
-    scored on its own frozen eval set (its task's and seed's) with its own position key and
-    wavelength base, in the model padded to the widest member's vocabulary and over its own tokens
-    (``model/padded_vocab.py``), so its rows equal ``evaluate_run(runs[k])``. Batches are padded to
-    the widest member's widths, so the function compiles once per batch shape for all members (a
-    member with fewer batches at a length gets batches of padding rows, which count nothing); a
-    batch whose estimate exceeds the members' share of ``eval.memory_budget_gb`` is split as in
-    ``RangeEvaluator``.
+    optimizer scalars (learning rate, ...), dropout rate, wavelength base, task and randomized
+    range. Member k is scored on its own frozen eval set (its task's and seed's) with its own
+    position key, randomized range and wavelength base, in the model padded to the widest member's
+    vocabulary and over its own tokens (``model/padded_vocab.py``), so its rows equal
+    ``evaluate_run(runs[k])``. Batches are padded to the widest member's widths, so the function
+    compiles once per batch shape for all members (a member with fewer batches at a length gets
+    batches of padding rows, which count nothing); a batch whose estimate exceeds the members' share
+    of ``eval.memory_budget_gb`` is split as in ``RangeEvaluator``.
     """
     check_evaluated_together(runs, lengths)
     sizes = [run.task.vocabulary.size for run in runs]
@@ -102,14 +103,18 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
     graphdef, rest = wide.graphdef, wide.rest
     oracle_length, decode = decodes_at_oracle_length(first), task_decodes(first)
 
-    def statistics(params, batch, position_key, first_row, vocab_size, settings):
+    # Members of other randomized ranges than the program model's draw theirs too.
+    ranges = sorted({randomized_range(run.config.to_dict()) for run in runs})
+
+    def statistics(params, batch, position_key, first_row, vocab_size, settings, own_range):
         compiled_shapes.append((*batch["source"].shape[1:], batch["target_input"].shape[2]))
-        return jax.vmap(lambda p, b, k, v, s: example_statistics(
+        return jax.vmap(lambda p, b, k, v, s, r: example_statistics(
             set_member_settings(set_query_block(nnx.merge(graphdef, p, rest),
                                                 first.eval.query_block), s), b, k,
-            oracle_length, first_row, decode, v),
-            in_axes=(0, 0, 0, None if vocab_size is None else 0, None if settings is None else 0))(
-                params, batch, position_key, vocab_size, settings)
+            oracle_length, first_row, decode, v, ranges, r),
+            in_axes=(0, 0, 0, *[None if own is None else 0
+                                for own in (vocab_size, settings, own_range)]))(
+                params, batch, position_key, vocab_size, settings, own_range)
 
     stacked_statistics = jax.jit(statistics)
     padded = [pad_to(run.params, wide.params) for run in runs]
@@ -118,6 +123,8 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
     vocab_sizes = None if len(set(sizes)) == 1 else np.asarray(sizes, np.int32)
     settings = {name: np.asarray(values, np.float32) for name, values in
                 members_model_settings([run.config for run in runs]).items()} or None
+    own_ranges = None if len(ranges) == 1 else np.asarray(
+        [randomized_range(run.config.to_dict()) for run in runs], np.int32)
     keys = jax.random.wrap_key_data(jax.numpy.stack(
         [jax.random.key_data(eval_position_key(run.config.seed)) for run in runs]))
     start = time.perf_counter()
@@ -137,7 +144,7 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
         pending = [stacked_statistics(params, data.stack_batches(
             [batch if batch is not None else padding_batch(own, batch_rows)
              for batch, own in zip(batches, firsts, strict=True)]), keys,
-            np.int32(index * batch_rows), vocab_sizes, settings)
+            np.int32(index * batch_rows), vocab_sizes, settings, own_ranges)
                    for index, batches in enumerate(itertools.zip_longest(*streams))]
         for k, member_rows in enumerate(rows):
             totals: dict[str, float] = {}

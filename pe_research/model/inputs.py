@@ -7,7 +7,7 @@ key, so randomized positions, offsets and interpolation are only other position 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -17,7 +17,7 @@ from pe_research.model.member_settings import set_member_settings
 from pe_research.model.single_stack import pack
 from pe_research.model.transformer import TokenModel
 from pe_research.positional.abacus import offset_ids, uses_abacus
-from pe_research.positional.randomize import make_positions, split_key
+from pe_research.positional.randomize import make_positions, randomize_settings, split_key
 from pe_research.positional.registry import scheme_class
 from pe_research.tasks.vocabulary import EOS_ID
 
@@ -90,22 +90,41 @@ def abacus_inputs(pe: Mapping[str, Any], batch: Batch, key: jax.Array,
             offset_ids(pe, batch["target_abacus"], key, training))
 
 
+def with_range(pe: Mapping[str, Any], max_position: int) -> dict[str, Any]:
+    """The ``model.pe`` block ``pe`` with its randomized range set to ``max_position``."""
+    return {**pe, "randomize": {**dict(pe.get("randomize") or {}),
+                                "max_position": int(max_position)}}
+
+
+def member_positions(pe: Mapping[str, Any], batch: Batch, key: jax.Array, training: bool,
+                     architecture: str, ranges: Sequence[int] = (),
+                     own_range: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    """``batch_positions`` of a program member whose randomized range is ``own_range`` (traced;
+    one of the program's ``ranges``, 0 for plain positions): each range's draw from the same
+    ``key``, the member's selected, so it gets the positions its run of its own would. Without
+    ``own_range``, those of ``pe``."""
+    positions = batch_positions(pe, batch, key, training, architecture)
+    if own_range is None:
+        return positions
+    drawn_already = randomize_settings(pe)[0]
+    for other in sorted(set(ranges) - {drawn_already}):
+        drawn = batch_positions(with_range(pe, other), batch, key, training, architecture)
+        positions = tuple(jnp.where(own_range == other, new, old)
+                          for new, old in zip(drawn, positions, strict=True))
+    return positions
+
+
 def forward(model: TokenModel, batch: Batch, key: jax.Array, training: bool,
-            plain: jax.Array | None = None,
+            ranges: Sequence[int] = (), own_range: jax.Array | None = None,
             settings: Mapping[str, jax.Array] | None = None) -> jax.Array:
-    """Teacher-forced logits ``[B, T, V]``; dropout only in training. ``plain`` (a traced bool:
-    an ensemble member's own, in a program of randomized positions) takes plain positions
-    where it is True, and leaves every key as it is; ``settings`` (traced scalars, a member's
-    own, keyed by ``member_settings.MODEL_SETTINGS``) replace the model's."""
+    """Teacher-forced logits ``[B, T, V]``; dropout only in training. ``own_range`` (traced: an
+    ensemble member's randomized range, one of the program's ``ranges``) selects its positions
+    (``member_positions``) and leaves every key as it is; ``settings`` (traced scalars, a
+    member's own, keyed by ``member_settings.MODEL_SETTINGS``) replace the model's."""
     position_key, dropout_key = jax.random.split(key)
-    source_positions, target_positions = batch_positions(
-        model.config.pe, batch, position_key, training, model.config.architecture)
-    if plain is not None:
-        fixed = batch_positions({**model.config.pe, "randomize": {}}, batch, position_key,
-                                training, model.config.architecture)
-        source_positions, target_positions = (
-            jnp.where(plain, own, drawn) for own, drawn in
-            zip(fixed, (source_positions, target_positions), strict=True))
+    source_positions, target_positions = member_positions(
+        model.config.pe, batch, position_key, training, model.config.architecture, ranges,
+        own_range)
     set_member_settings(model, settings)
     use_dropout = training and ("dropout_rate" in (settings or {})
                                 or model.config.dropout_rate > 0)

@@ -2,8 +2,7 @@
 
 Two grid points go into one program when their members' configs differ only in what
 ``config/stacking.py`` lets members of a program differ in (seed, the optimizer's scalars,
-dropout rate, wavelength base, task and its lengths, plain or randomized positions of one
-range), so the
+dropout rate, wavelength base, task and its lengths, randomized-position range), so the
 program's parameter shapes are one; a program holds at most ``members_per_program`` members.
 ``auto`` takes the cap measured for the device the jobs run on (``MEMBERS_PER_PROGRAM``,
 measured by benchmarks/sweep_throughput.py); ``point`` (the default) keeps one program per grid
@@ -12,10 +11,10 @@ point.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from pe_research.config.stacking import program_key, randomized_range, ranges_stack
+from pe_research.config.stacking import program_key
 from pe_research.core.errors import ConfigError
 from pe_research.sweeps.spec import Point
 
@@ -58,17 +57,15 @@ def members_cap(setting: int | str, executor: str, slurm: Mapping[str, Any]) -> 
     return MEMBERS_PER_PROGRAM.get(device, MEMBERS_PER_PROGRAM["cpu"])
 
 
-def fill_in_order(entries: Sequence[tuple[str, int, T]], cap: int,
-                  joins: Callable[[list[T], T], bool] | None = None) -> list[list[T]]:
+def fill_in_order(entries: Sequence[tuple[str, int, T]], cap: int) -> list[list[T]]:
     """Items ``(key, size, item)`` in order into groups: an item joins the last group of its
-    key while the group's sizes stay within ``cap`` (and ``joins(group, item)``), else opens a
-    new one; an item larger than the cap has a group of its own."""
+    key while the group's sizes stay within ``cap``, else opens a new one; an item larger than
+    the cap has a group of its own."""
     open_groups: dict[str, tuple[list[T], list[int]]] = {}  # the last group of each key
     groups: list[list[T]] = []
     for key, size, item in entries:
         last = open_groups.get(key)
-        if last is not None and sum(last[1]) + size <= cap and (
-                joins is None or joins(last[0], item)):
+        if last is not None and sum(last[1]) + size <= cap:
             last[0].append(item)
             last[1].append(size)
             continue
@@ -86,11 +83,6 @@ def group_points(points: Sequence[Point], indices: Sequence[int], cap: int,
     by_index = {point.index: point for point in points}
     if cap <= 0:
         return [[index] for index in indices]
-
-    def ranges_join(group: list[int], index: int) -> bool:
-        return ranges_stack([randomized_range(by_index[i].members[0].config)
-                             for i in [*group, index]])
-
     return fill_in_order([(program_key(by_index[index].members[0].config),
                            (left or {}).get(index, len(by_index[index].members)), index)
-                          for index in indices], cap, ranges_join)
+                          for index in indices], cap)

@@ -2,8 +2,8 @@
 
 Runs are evaluated together (``evaluate_members``: one program, vmapped over members): a grid
 point's members, and the grid points that share the model but for the task, seed, optimizer scalars,
-dropout rate or wavelength base (``members_key``), in grid order, up to the members per program
-measured for this device (``MEMBERS_PER_PROGRAM``); each run gets
+dropout rate, wavelength base or randomized range (``members_key``), in grid order, up to the
+members per program measured for this device (``MEMBERS_PER_PROGRAM``); each run gets
 ``RUN_DIR/eval/eval.{json,csv,png}`` as ``pe-research eval`` writes them. Runs are then compared per
 task and training range, grouped by the swept keys that split them (mean ± std and max over seeds):
 ``SWEEP_DIR/report/<task>/comparison.{md,csv,png}``, and every table in

@@ -12,12 +12,12 @@ with dropout a member matches its single run in distribution, not bit for bit).
 Members may differ in what ``config/stacking.py`` lists: seed, peak learning rate, weight decay and
 clipping norm (traced scalars of the update), the dropout rate and the positional scheme's
 wavelength base (traced, set on the program's model: ``model/member_settings.py``), the task with
-its lengths, and plain against randomized positions. Tasks of different vocabularies share the
-program of the widest one: each member's state is padded to it and its loss taken over its own
-tokens (``model/padded_vocab.py``), so it still trains as its single run does (to rounding) and
-saves its own shapes. Plain members of a randomized program select plain positions from the same
-keys, so they too train as their single runs.
-
+its lengths, and the randomized-position range (0: plain positions). Tasks of different vocabularies
+share the program of the widest one: each member's state is padded to it and its loss taken over its
+own tokens (``model/padded_vocab.py``), so it still trains as its single run does (to rounding) and
+saves its own shapes. The program draws every member range's positions from the member's keys and
+each member takes those of its own range (``inputs.member_positions``), so members of other ranges,
+or on plain positions, train as their single runs too.
 A member that diverges is stopped and reported; the others go on. One process only: a grid is
 spread over hosts by the sweep's SLURM executor, one ensemble per job.
 """
@@ -42,7 +42,6 @@ from pe_research.config.stacking import (
     STACKED_KEYS,
     first_difference,
     randomized_range,
-    ranges_stack,
     stacked,
 )
 from pe_research.config.validate import steps_per_call
@@ -107,16 +106,12 @@ def check_members(configs: Sequence[ml_collections.ConfigDict]) -> None:
             raise ConfigError(key, flat_other.get(key), f"member {index} differs from member 0 "
                               f"({flat_first.get(key)!r}); members of one program may differ "
                               f"only in {', '.join(STACKED_KEYS)} and task.*")
-    ranges = [randomized_range(to_dict(c)) for c in configs]
-    if not ranges_stack(ranges):
-        raise ConfigError("model.pe.randomize.max_position", ranges, "members of one program "
-                          "may differ in it only as 0 (plain positions) and one range")
     runs = [repr([(key, value) for key, value in sorted(flat_config(to_dict(c)).items())
                   if stacked(key) and not key.startswith("wandb.")]) for c in configs]
     if len(set(runs)) != len(runs):
         raise ConfigError("seed", [int(c.seed) for c in configs], "members need distinct seeds "
-                          "(or optimizer settings, dropout rates, wavelength bases, tasks or "
-                          "lengths)")
+                          "(or optimizer settings, dropout rates, wavelength bases, randomized "
+                          "ranges, tasks or lengths)")
 
 
 def member_shapes(configs: Sequence[ml_collections.ConfigDict],
@@ -216,7 +211,7 @@ def stacked_steps(configs: Sequence[ml_collections.ConfigDict], vocab_sizes: Seq
     split = [nnx.split(build_model(config, vocab), nnx.Param, ...)
              for config, vocab in zip(configs, vocab_sizes, strict=True)]
     wide = widest(vocab_sizes)
-    # Plain members of a randomized program take plain positions inside it.
+    # The program's model draws the widest range; each member selects its own draw.
     program = from_mapping(to_dict(configs[wide]))
     program.model.pe.randomize.max_position = max(ranges)
     graphdef, _, rest = nnx.split(build_model(program, vocab_sizes[wide]), nnx.Param, ...)
@@ -233,7 +228,7 @@ def stacked_steps(configs: Sequence[ml_collections.ConfigDict], vocab_sizes: Seq
                        {key: values for key, values in settings.items() if values is not None},
                        configs[wide].eval.query_block, ensemble=True,
                        vocab_sizes=own(list(vocab_sizes)),
-                       plain_positions=own([r == 0 for r in ranges]),
+                       position_ranges=own(ranges),
                        model_settings=model_settings)
     return StackedProgram(steps, split, wide, ranges, [
         {name: jnp.float32(values[k]) for name, values in model_settings.items()}
@@ -295,7 +290,8 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
     tasks_line = "" if len(set(vocab_sizes)) == 1 else \
         f", {len({t.name for t in tasks})} tasks (vocabularies padded to {max(vocab_sizes)})"
     if len(set(ranges)) > 1:
-        tasks_line += f", {ranges.count(0)} on plain positions"
+        tasks_line += ", positions: " + ", ".join(
+            f"{ranges.count(r)} " + (f"in [0, {r})" if r else "plain") for r in sorted(set(ranges)))
     print(f"ensemble of {len(configs)} members{tasks_line} on {mesh.shape[MEMBERS_AXIS]} x "
           f"{mesh.shape[DATA_AXIS]} devices (members x data)", flush=True)
     print(model_line(configs[wide], vocab_sizes[wide], member_params[wide]), flush=True)
