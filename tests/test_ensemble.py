@@ -1,5 +1,6 @@
 """Ensembles: member k of a stacked run equals an independent run of its own config (seed,
-learning rate, weight decay, clipping norm, dropout rate, wavelength base, task)."""
+learning rate, warm-up, weight decay, clipping norm, dropout rate, wavelength base, randomized
+range, task)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ DECAYS = (0.0, 0.1, 0.0, 0.3)  # lr x decay x p moves a parameter ~0.7 % in 12 s
 # 0: no clipping, in the program of members that clip; 0.05 clips the last member's every step.
 CLIPS = (0.0, 1.0, 0.0, 0.05)
 BASES = (1e4, 500.0, 1e4, 1e3)  # RoPE's theta: the last member's rotates ~1.3x faster per pair
+WARMUPS = (5, 2, 5, 9)  # the last member's ramp lasts 9 of the 12 steps, the program's 5
 # Mixed length sampling: members draw different lengths, so their batches are padded to the
 # widest member's bucket; randomized positions make the member's own keys matter too.
 OVERRIDES = tiny_overrides(**{
@@ -39,7 +41,7 @@ TASKS = ("reverse_string", "bucket_sort", "copy")
 
 def member_config(seed: int, learning_rate: float | None = None, task: str | None = None,
                   weight_decay: float | None = None, clip_norm: float | None = None,
-                  max_wavelength: float | None = None):
+                  max_wavelength: float | None = None, warmup_steps: int | None = None):
     config = load_config(DEFAULT_CONFIG, OVERRIDES if task is None else
                          [*OVERRIDES, f"--config.task.name={task}"])
     config.seed = seed
@@ -51,6 +53,8 @@ def member_config(seed: int, learning_rate: float | None = None, task: str | Non
         config.train.clip_norm = clip_norm
     if max_wavelength is not None:
         config.model.pe.max_wavelength = max_wavelength
+    if warmup_steps is not None:
+        config.train.warmup_steps = warmup_steps
     return config
 
 
@@ -80,18 +84,20 @@ def assert_same_run(member, single) -> None:
 
 @pytest.mark.slow
 def test_members_with_their_own_optimizer_settings_and_bases_equal_independent_runs(tmp_path):
-    configs = [member_config(seed, rate, weight_decay=decay, clip_norm=clip, max_wavelength=base)
-               for seed, rate, decay, clip, base in zip(SEEDS, RATES, DECAYS, CLIPS, BASES,
-                                                        strict=True)]
+    configs = [member_config(seed, rate, weight_decay=decay, clip_norm=clip, max_wavelength=base,
+                             warmup_steps=warmup)
+               for seed, rate, decay, clip, base, warmup in zip(SEEDS, RATES, DECAYS, CLIPS, BASES,
+                                                                WARMUPS, strict=True)]
     members = [tmp_path / f"seed_{seed}" for seed in SEEDS]
     result = train_ensemble(configs, members)
     assert result.compilations <= 2  # two target buckets at most (lengths 1-8, buckets 8/16)
     assert not result.diverged
-    # The last member (its rate, decay, clipping and base differ from the program's, member 0's):
+    # The last member (its rate, warm-up, decay, clipping and base differ from the program's,
+    # member 0's):
     # its own seed, settings and slice of the stacked state all have to line up with a run of its
     # own, in training and in its periodic evaluations.
     train(member_config(SEEDS[-1], RATES[-1], weight_decay=DECAYS[-1], clip_norm=CLIPS[-1],
-                        max_wavelength=BASES[-1]), tmp_path / "single")
+                        max_wavelength=BASES[-1], warmup_steps=WARMUPS[-1]), tmp_path / "single")
     assert_same_run(members[-1], tmp_path / "single")
     # Different seeds really give different members.
     assert not np.allclose(params_of(members[0])[0], params_of(members[1])[0])

@@ -9,15 +9,16 @@ each member draws its own length and all are padded to the largest member's buck
 masked, so a member's numbers do not change; dropout masks do depend on the padded width, so
 with dropout a member matches its single run in distribution, not bit for bit).
 
-Members may differ in what ``config/stacking.py`` lists: seed, peak learning rate, weight decay and
-clipping norm (traced scalars of the update), the dropout rate and the positional scheme's
-wavelength base (traced, set on the program's model: ``model/member_settings.py``), the task with
-its lengths, and the randomized-position range (0: plain positions). Tasks of different vocabularies
-share the program of the widest one: each member's state is padded to it and its loss taken over its
-own tokens (``model/padded_vocab.py``), so it still trains as its single run does (to rounding) and
-saves its own shapes. The program draws every member range's positions from the member's keys and
-each member takes those of its own range (``inputs.member_positions``), so members of other ranges,
-or on plain positions, train as their single runs too.
+Members may differ in what ``config/stacking.py`` lists: seed, peak learning rate, warm-up steps,
+weight decay and clipping norm (traced scalars of the update), the dropout rate and the positional
+scheme's wavelength base (traced, set on the program's model: ``model/member_settings.py``), the
+task with its lengths, and the randomized-position range (0: plain positions). Tasks of different
+vocabularies share the program of the widest one: each member's state is padded to it and its loss
+taken over its own tokens (``model/padded_vocab.py``), so it still trains as its single run does (to
+rounding) and saves its own shapes. The program draws every member range's positions from the
+member's keys and each member takes those of its own range (``inputs.member_positions``), so members
+of other ranges, or on plain positions, train as their single runs too.
+
 A member that diverges is stopped and reported; the others go on. One process only: a grid is
 spread over hosts by the sweep's SLURM executor, one ensemble per job.
 """

@@ -11,24 +11,32 @@ import optax
 
 # The optimizer settings members of one program may each have their own of: scalars the update
 # reads, passed to the stacked step as traced values (``training/step.py``).
-OPTIMIZER_SETTINGS = ("learning_rate", "weight_decay", "clip_norm")
+OPTIMIZER_SETTINGS = ("learning_rate", "weight_decay", "clip_norm", "warmup_steps")
 
 
 def learning_rate_schedule(train: Mapping[str, Any]) -> optax.Schedule:
     """Linear warm-up to ``learning_rate``, then constant or cosine decay to 0 at ``steps``.
 
     Update 0 already uses ``learning_rate / warmup_steps`` (no update is spent at zero), and
-    update ``warmup_steps - 1`` the full rate.
+    update ``warmup_steps - 1`` the full rate. ``learning_rate`` and ``warmup_steps`` may be
+    traced scalars (an ensemble member's own), which optax's schedules, taking step counts as
+    Python numbers, do not admit; the values are theirs
+    (``optax.join_schedules([linear_schedule, cosine_decay_schedule])``) to rounding.
     """
     peak, warmup, total = train["learning_rate"], train["warmup_steps"], train["steps"]
-    if train["schedule"] == "cosine":
-        after = optax.cosine_decay_schedule(peak, decay_steps=max(total - warmup, 1))
-    else:
-        after = optax.constant_schedule(peak)
-    if not warmup:
-        return after
-    ramp = optax.linear_schedule(peak / warmup, peak, transition_steps=max(warmup - 1, 1))
-    return optax.join_schedules([ramp, after], boundaries=[warmup])
+    cosine = train["schedule"] == "cosine"
+
+    def schedule(count: jax.Array | int) -> jax.Array:
+        count = jnp.asarray(count, jnp.float32)
+        ramp = peak * (count + 1) / jnp.maximum(warmup, 1)
+        after = jnp.broadcast_to(jnp.asarray(peak, jnp.float32), count.shape)
+        if cosine:
+            decay_steps = jnp.maximum(total - warmup, 1)
+            done = jnp.minimum(count - warmup, decay_steps) / decay_steps
+            after = after * (0.5 * (1 + jnp.cos(jnp.pi * done)))
+        return jnp.where(count < warmup, ramp, after)
+
+    return schedule
 
 
 def decays(param: jax.Array) -> bool:
