@@ -83,21 +83,25 @@ def assert_same_run(member, single) -> None:
 
 
 @pytest.mark.slow
-def test_members_with_their_own_optimizer_settings_and_bases_equal_independent_runs(tmp_path):
+def test_members_with_their_own_optimizer_settings_bases_and_scoring_equal_independent_runs(
+        tmp_path):
     configs = [member_config(seed, rate, weight_decay=decay, clip_norm=clip, max_wavelength=base,
                              warmup_steps=warmup)
                for seed, rate, decay, clip, base, warmup in zip(SEEDS, RATES, DECAYS, CLIPS, BASES,
                                                                 WARMUPS, strict=True)]
+    configs[-1].train.predict_eos = False  # -EOS: its loss leaves the end token out
     members = [tmp_path / f"seed_{seed}" for seed in SEEDS]
     result = train_ensemble(configs, members)
     assert result.compilations <= 2  # two target buckets at most (lengths 1-8, buckets 8/16)
     assert not result.diverged
-    # The last member (its rate, warm-up, decay, clipping and base differ from the program's,
-    # member 0's):
+    # The last member (its rate, warm-up, decay, clipping, base and scoring differ from the
+    # program's, member 0's):
     # its own seed, settings and slice of the stacked state all have to line up with a run of its
     # own, in training and in its periodic evaluations.
-    train(member_config(SEEDS[-1], RATES[-1], weight_decay=DECAYS[-1], clip_norm=CLIPS[-1],
-                        max_wavelength=BASES[-1], warmup_steps=WARMUPS[-1]), tmp_path / "single")
+    single = member_config(SEEDS[-1], RATES[-1], weight_decay=DECAYS[-1], clip_norm=CLIPS[-1],
+                           max_wavelength=BASES[-1], warmup_steps=WARMUPS[-1])
+    single.train.predict_eos = False
+    train(single, tmp_path / "single")
     assert_same_run(members[-1], tmp_path / "single")
     # Different seeds really give different members.
     assert not np.allclose(params_of(members[0])[0], params_of(members[1])[0])

@@ -156,6 +156,12 @@ def test_the_report_evaluates_points_that_share_a_model_together_up_to_the_cap(t
     assert members_key(config_of("copy", 1)) == members_key(config_of("reverse_string", 4))
     assert members_key(config_of("copy")) != members_key(
         config_of("copy", 0, "--config.eval.lengths=(4,8)"))
+    # -EOS runs are also decoded at the oracle length; +EOS ones join them where they are too
+    minus_eos = "--config.train.predict_eos=False"
+    assert members_key(config_of("copy")) != members_key(config_of("copy", 1, minus_eos))
+    oracle = "--config.eval.oracle_length=True"
+    assert members_key(config_of("copy", 0, oracle)) == members_key(
+        config_of("copy", 1, minus_eos, oracle))
 
 
 def test_runs_that_cannot_share_a_program_are_refused_before_anything_runs(tmp_path):
@@ -169,7 +175,8 @@ def test_runs_that_cannot_share_a_program_are_refused_before_anything_runs(tmp_p
                    for seed, (name, lengths) in enumerate(
                        [("c", "--config.data.train_lengths=(1,6)"),
                         ("d", "--config.data.train_lengths=(1,8)")]))
-    with pytest.raises(ValueError, match="differ in decoding or eval lengths"):
+    with pytest.raises(ValueError, match="differ in decoding .free or at the oracle length. or "
+                                         "eval lengths"):
         check_evaluated_together([short, long])
     check_evaluated_together([short, long], (4, 8))
     assert not any((tmp_path / name).exists() for name in "abcd")

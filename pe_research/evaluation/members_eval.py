@@ -48,10 +48,11 @@ def members_key(config: ml_collections.ConfigDict,
                 lengths: Sequence[int] | None = None) -> str:
     """What runs evaluated in one program (``evaluate_members``) share, as text: every setting but
     those members of a training program may differ in (``config/stacking.py``: seed, optimizer
-    scalars, dropout, wavelength base, task, randomized range), and whether the task decodes and
-    the eval lengths (``lengths``, else the config's), which those settings would leave free."""
+    scalars, dropout, wavelength base, task, randomized range, end-token scoring), and whether the
+    task decodes, whether it is also decoded at the oracle length (as -EOS runs are) and the eval
+    lengths (``lengths``, else the config's), which those settings would leave free."""
     nested = config.to_dict()
-    return json.dumps([program_key(nested), task_decodes(config),
+    return json.dumps([program_key(nested), task_decodes(config), decodes_at_oracle_length(config),
                        [int(n) for n in lengths or default_lengths(config)]])
 
 
@@ -62,11 +63,11 @@ def check_evaluated_together(runs: Sequence[LoadedRun],
     first = members_key(runs[0].config, lengths)
     for run in runs[1:]:
         if members_key(run.config, lengths) != first:
-            difference = first_difference(runs[0].config.to_dict(), run.config.to_dict())
+            difference = first_difference(runs[0].config.to_dict(), run.config.to_dict()) or \
+                "decoding (free or at the oracle length) or eval lengths"
             raise ValueError(f"{run.run_dir} cannot be evaluated in one program with "
-                             f"{runs[0].run_dir}: they differ in "
-                             f"{difference or 'decoding or eval lengths'}; "
-                             "evaluate them apart")
+                             f"{runs[0].run_dir}: they differ in {difference}; evaluate them "
+                             "apart")
 
 
 def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = None,

@@ -134,9 +134,11 @@ def forward(model: TokenModel, batch: Batch, key: jax.Array, training: bool,
                  abacus_ids=abacus_inputs(model.config.pe, batch, position_key, training))
 
 
-def scored_mask(batch: Batch, predict_eos: bool = True) -> jax.Array:
+def scored_mask(batch: Batch, predict_eos: bool | jax.Array = True) -> jax.Array:
     """``[B, T]`` the target tokens the loss and training metrics score: every real one, or
-    (``train.predict_eos`` False, the -EOS model of Newman et al. 2020) all but the end token."""
-    if predict_eos:
-        return batch["target_mask"]
-    return batch["target_mask"] & (batch["target_output"] != EOS_ID)
+    (``train.predict_eos`` False, the -EOS model of Newman et al. 2020) all but the end token.
+    ``predict_eos`` may be traced (an ensemble member's own)."""
+    if isinstance(predict_eos, bool):
+        return batch["target_mask"] if predict_eos else \
+            batch["target_mask"] & (batch["target_output"] != EOS_ID)
+    return batch["target_mask"] & (predict_eos | (batch["target_output"] != EOS_ID))

@@ -10,14 +10,15 @@ masked, so a member's numbers do not change; dropout masks do depend on the padd
 with dropout a member matches its single run in distribution, not bit for bit).
 
 Members may differ in what ``config/stacking.py`` lists: seed, peak learning rate, warm-up steps,
-weight decay and clipping norm (traced scalars of the update), the dropout rate and the positional
-scheme's wavelength base (traced, set on the program's model: ``model/member_settings.py``), the
-task with its lengths, and the randomized-position range (0: plain positions). Tasks of different
-vocabularies share the program of the widest one: each member's state is padded to it and its loss
-taken over its own tokens (``model/padded_vocab.py``), so it still trains as its single run does (to
-rounding) and saves its own shapes. The program draws every member range's positions from the
-member's keys and each member takes those of its own range (``inputs.member_positions``), so members
-of other ranges, or on plain positions, train as their single runs too.
+weight decay and clipping norm (traced scalars of the update), whether the loss scores the end
+token, the dropout rate and the positional scheme's wavelength base (traced, set on the program's
+model: ``model/member_settings.py``), the task with its lengths, and the randomized-position range
+(0: plain positions). Tasks of different vocabularies share the program of the widest one: each
+member's state is padded to it and its loss taken over its own tokens (``model/padded_vocab.py``),
+so it still trains as its single run does (to rounding) and saves its own shapes. The program draws
+every member range's positions from the member's keys and each member takes those of its own range
+(``inputs.member_positions``), so members of other ranges, or on plain positions, train as their
+single runs too.
 
 A member that diverges is stopped and reported; the others go on. One process only: a grid is
 spread over hosts by the sweep's SLURM executor, one ensemble per job.
@@ -230,7 +231,8 @@ def stacked_steps(configs: Sequence[ml_collections.ConfigDict], vocab_sizes: Seq
                        configs[wide].eval.query_block, ensemble=True,
                        vocab_sizes=own(list(vocab_sizes)),
                        position_ranges=own(ranges),
-                       model_settings=model_settings)
+                       model_settings=model_settings,
+                       predict_eos=own([bool(config.train.predict_eos) for config in configs]))
     return StackedProgram(steps, split, wide, ranges, [
         {name: jnp.float32(values[k]) for name, values in model_settings.items()}
         for k in range(len(configs))])
@@ -262,8 +264,11 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
     # Each member's own shapes: what it saves and restores, and what evaluates it.
     own = [(abstract_like(p, on_eval_mesh), abstract_like(o, on_eval_mesh))
            for p, o in zip(member_params, member_opt, strict=True)]
-    own_model = list(zip(vocab_sizes, ranges, strict=True))
-    evaluators = {shape: steps.evaluate_with_key if shape == (vocab_sizes[wide], max(ranges))
+    # What a member's evaluation depends on: its vocabulary, its range, whether it scores the end.
+    own_model = [(size, randomized, bool(config.train.predict_eos))
+                 for size, randomized, config in zip(vocab_sizes, ranges, configs, strict=True)]
+    program_model = (vocab_sizes[wide], max(ranges), bool(configs[wide].train.predict_eos))
+    evaluators = {shape: steps.evaluate_with_key if shape == program_model
                   else eval_function(split[k][0], split[k][2], configs[k].train,
                                      configs[k].eval.query_block)
                   for k, shape in enumerate(own_model)}

@@ -59,36 +59,39 @@ def step_functions(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
     ``query_block`` queries at a time (``eval.query_block``; 0: all), the train step all.
 
     ``train_step(params, opt_state, batch, step, base_key, optimizer_settings=None, vocab_size=None,
-    position_range=None, model_settings=None)``: ``optimizer_settings`` (traced scalars: an ensemble
-    member's own ``learning_rate``, ``warmup_steps``, ``weight_decay``, ``clip_norm``:
-    ``optimizer.OPTIMIZER_SETTINGS``) replace the ``train`` block's; the optimizer state's structure
-    does not depend on them. With a ``vocab_size`` (a member's own, below the model's) the loss and
-    metrics are over those tokens only (``model/padded_vocab.py``); with ``position_range`` (traced:
-    a member's randomized range, one of the program's ``ranges``; 0 for plain) a member trains on
-    the positions of its range (``inputs.member_positions``); ``model_settings`` (traced scalars
-    keyed by ``member_settings.MODEL_SETTINGS``: dropout rate, wavelength base) replace the model's.
+    position_range=None, model_settings=None, member_predicts_eos=None)``: ``optimizer_settings``
+    (traced scalars: an ensemble member's own ``learning_rate``, ``warmup_steps``, ``weight_decay``,
+    ``clip_norm``: ``optimizer.OPTIMIZER_SETTINGS``) replace the ``train`` block's; the optimizer
+    state's structure does not depend on them. With a ``vocab_size`` (a member's own, below the
+    model's) the loss and metrics are over those tokens only (``model/padded_vocab.py``); with
+    ``position_range`` (traced: a member's randomized range, one of the program's ``ranges``; 0 for
+    plain) a member trains on the positions of its range (``inputs.member_positions``);
+    ``model_settings`` (traced scalars keyed by ``member_settings.MODEL_SETTINGS``: dropout rate,
+    wavelength base) replace the model's; ``member_predicts_eos`` (a traced bool) replaces
+    ``train.predict_eos`` in the loss and metrics.
     ``eval_step(params, batch, base_key, model_settings=None)`` returns summable metric sums.
     """
     predict_eos = bool(train_cfg.get("predict_eos", True))
 
-    def loss_fn(params, batch, key, vocab_size, position_range, model_settings):
+    def loss_fn(params, batch, key, vocab_size, position_range, model_settings, scored):
         logits = forward(nnx.merge(graphdef, params, rest), batch, key, training=True,
                          ranges=ranges, own_range=position_range, settings=model_settings)
         logits = mask_logits(logits, vocab_size)
-        loss = token_cross_entropy(logits, batch["target_output"],
-                                   scored_mask(batch, predict_eos))
-        return loss, logits
+        return token_cross_entropy(logits, batch["target_output"], scored), logits
 
     def train_step(params, opt_state, batch, step, base_key, optimizer_settings=None,
-                   vocab_size=None, position_range=None, model_settings=None):
+                   vocab_size=None, position_range=None, model_settings=None,
+                   member_predicts_eos=None):
         member_optimizer = optimizer if optimizer_settings is None else \
             make_optimizer({**dict(train_cfg), **optimizer_settings})
         key = jax.random.fold_in(base_key, step)
+        scored = scored_mask(batch, predict_eos if member_predicts_eos is None
+                             else member_predicts_eos)
         (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            params, batch, key, vocab_size, position_range, model_settings)
+            params, batch, key, vocab_size, position_range, model_settings, scored)
         updates, opt_state = member_optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
-        outputs = Outputs(logits, batch["target_output"], scored_mask(batch, predict_eos))
+        outputs = Outputs(logits, batch["target_output"], scored)
         metrics = {**batch_values(outputs, training_metrics()), "loss": loss,
                    "grad_norm": optax.global_norm(grads)}
         return params, opt_state, metrics
@@ -207,7 +210,8 @@ def make_steps(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any], mesh: Mes
                query_block: int = 0, ensemble: bool = False,
                vocab_sizes: Sequence[int] | None = None,
                position_ranges: Sequence[int] | None = None,
-               model_settings: Mapping[str, Sequence[float]] | None = None) -> Steps:
+               model_settings: Mapping[str, Sequence[float]] | None = None,
+               predict_eos: Sequence[bool] | None = None) -> Steps:
     """The steps of one run (``seeds`` of one, state replicated on ``mesh``) or, with ``ensemble``,
     of M members at once: ``jax.vmap`` of the single step over a leading member axis of state and
     batches (sharded over the mesh's ``members`` axis); member k draws its keys from ``seeds[k]``,
@@ -216,7 +220,8 @@ def make_steps(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any], mesh: Mes
     ``vocab_sizes`` scores its own ``vocab_sizes[k]`` tokens of the model's, with
     ``position_ranges`` trains on positions randomized in ``[0, position_ranges[k])`` (plain ones
     where it is 0), and with ``model_settings`` (``{'dropout_rate': [M], ...}``, keys of
-    ``member_settings.MODEL_SETTINGS``) runs its model at its own ``model_settings[key][k]``."""
+    ``member_settings.MODEL_SETTINGS``) runs its model at its own ``model_settings[key][k]``, and
+    with ``predict_eos`` scores the end token in its loss where ``predict_eos[k]``."""
     optimizer = make_optimizer(train_cfg)
     train_step, eval_step = step_functions(graphdef, rest, train_cfg, optimizer, query_block,
                                            sorted(set(position_ranges or ())))
@@ -224,7 +229,8 @@ def make_steps(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any], mesh: Mes
     if ensemble:
         vocabs = None if vocab_sizes is None else jnp.asarray(vocab_sizes, jnp.int32)
         ranges = None if position_ranges is None else jnp.asarray(position_ranges, jnp.int32)
-        own = (as_arrays(optimizer_settings), vocabs, ranges, as_arrays(model_settings))
+        eos = None if predict_eos is None else jnp.asarray(predict_eos, bool)
+        own = (as_arrays(optimizer_settings), vocabs, ranges, as_arrays(model_settings), eos)
         stacked_step = jax.vmap(train_step, in_axes=(
             0, 0, 0, None, 0, *[None if value is None else 0 for value in own]))
         train = CompiledStep(stacked_step, (member_keys(seeds), *own), member_sharded(mesh),
