@@ -1,4 +1,4 @@
-"""Ensembles: M members in one program, differing in seed, optimizer scalars, dropout and task.
+"""Ensembles: M members in one program, differing in seed, task and scalar settings.
 
 Parameters and optimizer state carry a leading member axis, sharded over the mesh's ``members``
 axis; the train step is the single run's step under ``jax.vmap``. Member k draws its own data
