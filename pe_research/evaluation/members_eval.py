@@ -105,7 +105,8 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
     oracle_length, decode = decodes_at_oracle_length(first), task_decodes(first)
 
     # Members of other randomized ranges than the program model's draw theirs too.
-    ranges = sorted({randomized_range(run.config.to_dict()) for run in runs})
+    member_ranges = [randomized_range(run.config.to_dict()) for run in runs]
+    ranges = sorted(set(member_ranges))
 
     def statistics(params, batch, position_key, first_row, vocab_size, settings, own_range):
         compiled_shapes.append((*batch["source"].shape[1:], batch["target_input"].shape[2]))
@@ -124,8 +125,7 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
     vocab_sizes = None if len(set(sizes)) == 1 else np.asarray(sizes, np.int32)
     settings = {name: np.asarray(values, np.float32) for name, values in
                 members_model_settings([run.config for run in runs]).items()} or None
-    own_ranges = None if len(ranges) == 1 else np.asarray(
-        [randomized_range(run.config.to_dict()) for run in runs], np.int32)
+    own_ranges = None if len(ranges) == 1 else np.asarray(member_ranges, np.int32)
     keys = jax.random.wrap_key_data(jax.numpy.stack(
         [jax.random.key_data(eval_position_key(run.config.seed)) for run in runs]))
     start = time.perf_counter()
