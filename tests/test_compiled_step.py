@@ -133,7 +133,8 @@ def test_a_members_traced_clipping_norm_clips_as_the_configs_and_zero_clips_noth
 @pytest.mark.parametrize("warmup", [0, 1, 7])
 def test_the_schedule_is_optaxs_warm_up_and_decay_to_rounding_traced_or_not(schedule, warmup):
     """Against optax's own schedules (which take step counts as Python numbers), at every update
-    of a 40-step run; a traced warm-up (an ensemble member's) gives the same values."""
+    of a 40-step run; a traced warm-up and a traced schedule (an ensemble member's: 1 cosine, 0
+    constant) give the same values."""
     train = {**BLOCK_DEFAULTS["train"], "learning_rate": 3e-3, "warmup_steps": warmup,
              "steps": 40, "schedule": schedule}
     after = (optax.cosine_decay_schedule(3e-3, decay_steps=40 - warmup) if schedule == "cosine"
@@ -147,6 +148,9 @@ def test_the_schedule_is_optaxs_warm_up_and_decay_to_rounding_traced_or_not(sche
     traced = jax.jit(lambda w: jax.vmap(learning_rate_schedule({**train, "warmup_steps": w}))(
         counts))(jnp.float32(warmup))
     np.testing.assert_allclose(traced, got, rtol=0, atol=3e-3 * 1e-6)
+    kind = jax.jit(lambda cosine: jax.vmap(learning_rate_schedule({**train, "schedule": cosine}))(
+        counts))(jnp.float32(schedule == "cosine"))
+    np.testing.assert_allclose(kind, got, rtol=0, atol=3e-3 * 1e-6)
     assert float(got[0]) == pytest.approx(3e-3 / max(warmup, 1))
 
 

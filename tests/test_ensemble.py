@@ -1,6 +1,6 @@
 """Ensembles: member k of a stacked run equals an independent run of its own config (seed,
-learning rate, warm-up, weight decay, clipping norm, dropout rate, wavelength base, randomized
-range, task)."""
+learning rate, warm-up, schedule, weight decay, clipping norm, dropout rate, wavelength base,
+randomized range, task)."""
 
 from __future__ import annotations
 
@@ -90,17 +90,19 @@ def test_members_with_their_own_optimizer_settings_bases_and_scoring_equal_indep
                for seed, rate, decay, clip, base, warmup in zip(SEEDS, RATES, DECAYS, CLIPS, BASES,
                                                                 WARMUPS, strict=True)]
     configs[-1].train.predict_eos = False  # -EOS: its loss leaves the end token out
+    configs[-1].train.schedule = "cosine"  # to zero at step 12, where the program's stays constant
     members = [tmp_path / f"seed_{seed}" for seed in SEEDS]
     result = train_ensemble(configs, members)
     assert result.compilations <= 2  # two target buckets at most (lengths 1-8, buckets 8/16)
     assert not result.diverged
-    # The last member (its rate, warm-up, decay, clipping, base and scoring differ from the
-    # program's, member 0's):
+    # The last member (its rate, warm-up, schedule, decay, clipping, base and scoring differ from
+    # the program's, member 0's):
     # its own seed, settings and slice of the stacked state all have to line up with a run of its
     # own, in training and in its periodic evaluations.
     single = member_config(SEEDS[-1], RATES[-1], weight_decay=DECAYS[-1], clip_norm=CLIPS[-1],
                            max_wavelength=BASES[-1], warmup_steps=WARMUPS[-1])
     single.train.predict_eos = False
+    single.train.schedule = "cosine"
     train(single, tmp_path / "single")
     assert_same_run(members[-1], tmp_path / "single")
     # Different seeds really give different members.

@@ -57,8 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="jobs (programs) running at once (SLURM: array parallelism)")
     parser.add_argument("--members-per-program", default=None, metavar="N | auto | point",
                         help="train grid points that differ only in task, lengths, seed, "
-                             "learning rate, warm-up steps, weight decay, clip norm, end-token "
-                             "scoring (train.predict_eos), dropout, wavelength base "
+                             "learning rate, warm-up steps, schedule, weight decay, clip norm, "
+                             "end-token scoring (train.predict_eos), dropout, wavelength base "
                              "(model.pe.max_wavelength) or randomized range "
                              "(model.pe.randomize.max_position, 0: plain positions) stacked in "
                              "one program of up to N members; 'auto': the cap "

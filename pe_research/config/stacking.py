@@ -1,14 +1,15 @@
 """Which configs can train stacked in one program: those equal but for ``STACKED_KEYS``.
 
-Members of one program share the model's graph and parameter shapes and the step loop's schedule;
-what is only data, a scalar of the step, or per-member bookkeeping may differ: the seed, the
-optimizer's scalars (peak learning rate, warm-up steps, weight decay, clipping norm), whether the
-loss scores the end token (``train.predict_eos``), the model's (dropout rate, the positional
-scheme's wavelength base: ``model/member_settings.py``), the task (the vocabulary is padded to the
-widest member's and each member's loss is taken over its own tokens: ``training/ensemble.py``), its
-training and evaluation lengths, the W&B name, and the randomized-position range
-(``randomized_range``; 0: plain positions): the program draws each of its members' ranges from a
-member's keys and the member takes its own (``model/inputs.member_positions``).
+Members of one program share the model's graph and parameter shapes and the step loop's steps
+(logging, evaluation, checkpoints); what is only data, a scalar of the step, or per-member
+bookkeeping may differ: the seed, the optimizer's scalars (peak learning rate, warm-up steps,
+constant or cosine decay, weight decay, clipping norm), whether the loss scores the end token
+(``train.predict_eos``), the model's (dropout rate, the positional scheme's wavelength base:
+``model/member_settings.py``), the task (the vocabulary is padded to the widest member's and each
+member's loss is taken over its own tokens: ``training/ensemble.py``), its training and
+evaluation lengths, the W&B name, and the randomized-position range (``randomized_range``; 0:
+plain positions): the program draws each of its members' ranges from a member's keys and the
+member takes its own (``model/inputs.member_positions``).
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from typing import Any
 
 from pe_research.config.files import flat_config
 
-STACKED_KEYS = ("seed", "train.learning_rate", "train.warmup_steps", "train.weight_decay",
-                "train.clip_norm", "train.predict_eos", "data.train_lengths", "data.eval_samples",
-                "train.eval_lengths", "eval.lengths", "wandb.name", "wandb.tags",
-                "model.pe.randomize.max_position", "model.dropout_rate", "model.pe.max_wavelength")
+STACKED_KEYS = ("seed", "train.learning_rate", "train.warmup_steps", "train.schedule",
+                "train.weight_decay", "train.clip_norm", "train.predict_eos", "data.train_lengths",
+                "data.eval_samples", "train.eval_lengths", "eval.lengths", "wandb.name",
+                "wandb.tags", "model.pe.randomize.max_position", "model.dropout_rate",
+                "model.pe.max_wavelength")
 STACKED_PREFIXES = ("task.",)
 # Set on every module of the program's model, so not where per-layer schemes (model.pe.layers)
 # may carry bases of their own.

@@ -10,15 +10,15 @@ masked, so a member's numbers do not change; dropout masks do depend on the padd
 with dropout a member matches its single run in distribution, not bit for bit).
 
 Members may differ in what ``config/stacking.py`` lists: seed, peak learning rate, warm-up steps,
-weight decay and clipping norm (traced scalars of the update), whether the loss scores the end
-token, the dropout rate and the positional scheme's wavelength base (traced, set on the program's
-model: ``model/member_settings.py``), the task with its lengths, and the randomized-position range
-(0: plain positions). Tasks of different vocabularies share the program of the widest one: each
-member's state is padded to it and its loss taken over its own tokens (``model/padded_vocab.py``),
-so it still trains as its single run does (to rounding) and saves its own shapes. The program draws
-every member range's positions from the member's keys and each member takes those of its own range
-(``inputs.member_positions``), so members of other ranges, or on plain positions, train as their
-single runs too.
+schedule, weight decay and clipping norm (traced scalars of the update), whether the loss scores the
+end token, the dropout rate and the positional scheme's wavelength base (traced, set on the
+program's model: ``model/member_settings.py``), the task with its lengths, and the
+randomized-position range (0: plain positions). Tasks of different vocabularies share the program of
+the widest one: each member's state is padded to it and its loss taken over its own tokens
+(``model/padded_vocab.py``), so it still trains as its single run does (to rounding) and saves its
+own shapes. The program draws every member range's positions from the member's keys and each member
+takes those of its own range (``inputs.member_positions``), so members of other ranges, or on plain
+positions, train as their single runs too.
 
 A member that diverges is stopped and reported; the others go on. One process only: a grid is
 spread over hosts by the sweep's SLURM executor, one ensemble per job.
@@ -73,7 +73,7 @@ from pe_research.training.loop import (
     prepare_run_dir,
     start_from_source,
 )
-from pe_research.training.optimizer import OPTIMIZER_SETTINGS
+from pe_research.training.optimizer import OPTIMIZER_SETTINGS, setting_value
 from pe_research.training.periodic_eval import PeriodicEvaluator
 from pe_research.training.program_memory import (
     budget_bytes,
@@ -222,7 +222,7 @@ def stacked_steps(configs: Sequence[ml_collections.ConfigDict], vocab_sizes: Seq
         """Per-member values, or None when every member's is the same."""
         return values if len(set(values)) > 1 else None
 
-    settings = {key: own([float(config.train[key]) for config in configs])
+    settings = {key: own([setting_value(config.train, key) for config in configs])
                 for key in OPTIMIZER_SETTINGS}
     model_settings = members_model_settings(configs)
     steps = make_steps(graphdef, rest, configs[wide].train, mesh,

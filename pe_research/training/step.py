@@ -10,9 +10,10 @@ trace. Randomness is explicit: the keys for dropout and randomized positions are
 * the jit: one program per batch shape, K steps per call (``train.steps_per_call``) as a
   ``lax.scan`` over K stacked batches (one step without the loop), bit for bit the K steps of
   K calls;
-* the keys (and an ensemble's learning rates, warm-ups, weight decays, clipping norms, dropout
-  rates, wavelength bases and randomized ranges) passed as arguments, not baked in as constants, so
-  runs that differ only in their seed build one program (one compilation-cache entry);
+* the keys (and an ensemble's learning rates, warm-ups, schedules, weight decays, clipping norms,
+  dropout rates, wavelength bases and randomized ranges) passed as arguments, not baked in as
+  constants, so runs that differ only in their seed build one program (one compilation-cache
+  entry);
 * the state between calls, held as the flat list of its leaves: a call does no Python work per
   NNX variable, and the state's buffers are donated to the next call.
 
@@ -60,15 +61,15 @@ def step_functions(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
 
     ``train_step(params, opt_state, batch, step, base_key, optimizer_settings=None, vocab_size=None,
     position_range=None, model_settings=None, member_predicts_eos=None)``: ``optimizer_settings``
-    (traced scalars: an ensemble member's own ``learning_rate``, ``warmup_steps``, ``weight_decay``,
-    ``clip_norm``: ``optimizer.OPTIMIZER_SETTINGS``) replace the ``train`` block's; the optimizer
-    state's structure does not depend on them. With a ``vocab_size`` (a member's own, below the
-    model's) the loss and metrics are over those tokens only (``model/padded_vocab.py``); with
-    ``position_range`` (traced: a member's randomized range, one of the program's ``ranges``; 0 for
-    plain) a member trains on the positions of its range (``inputs.member_positions``);
-    ``model_settings`` (traced scalars keyed by ``member_settings.MODEL_SETTINGS``: dropout rate,
-    wavelength base) replace the model's; ``member_predicts_eos`` (a traced bool) replaces
-    ``train.predict_eos`` in the loss and metrics.
+    (traced scalars: an ensemble member's own ``learning_rate``, ``warmup_steps``, ``schedule``,
+    ``weight_decay``, ``clip_norm``: ``optimizer.OPTIMIZER_SETTINGS``) replace the ``train``
+    block's; the optimizer state's structure does not depend on them. With a ``vocab_size`` (a
+    member's own, below the model's) the loss and metrics are over those tokens only
+    (``model/padded_vocab.py``); with ``position_range`` (traced: a member's randomized range, one
+    of the program's ``ranges``; 0 for plain) a member trains on the positions of its range
+    (``inputs.member_positions``); ``model_settings`` (traced scalars keyed by
+    ``member_settings.MODEL_SETTINGS``: dropout rate, wavelength base) replace the model's;
+    ``member_predicts_eos`` (a traced bool) replaces ``train.predict_eos`` in the loss and metrics.
     ``eval_step(params, batch, base_key, model_settings=None)`` returns summable metric sums.
     """
     predict_eos = bool(train_cfg.get("predict_eos", True))
