@@ -1,6 +1,6 @@
 """Ensembles: member k of a stacked run equals an independent run of its own config (seed,
 learning rate, warm-up, schedule, weight decay, clipping norm, dropout rate, wavelength base,
-randomized range, task)."""
+RoPE scaling, logit scaling, randomized range, task)."""
 
 from __future__ import annotations
 
@@ -58,6 +58,15 @@ def member_config(seed: int, learning_rate: float | None = None, task: str | Non
     return config
 
 
+def with_own_scalings(config) -> None:
+    """YaRN for twice the trained lengths (its frequencies and q/k scale differ from plain RoPE's)
+    and log-n logit scaling, where the program's model has neither."""
+    config.model.pe.scaling.type = "yarn"
+    config.model.pe.scaling.factor = 2.0
+    config.model.pe.scaling.original_max_position = 9
+    config.model.pe.logit_scaling = "log_n_scaling"
+
+
 def params_of(run_dir) -> list[np.ndarray]:
     model = load_run(run_dir, "latest").model
     return [np.asarray(leaf) for leaf in jax.tree.leaves(nnx.state(model, nnx.Param))]
@@ -91,18 +100,20 @@ def test_members_with_their_own_optimizer_settings_bases_and_scoring_equal_indep
                                                                 WARMUPS, strict=True)]
     configs[-1].train.predict_eos = False  # -EOS: its loss leaves the end token out
     configs[-1].train.schedule = "cosine"  # to zero at step 12, where the program's stays constant
+    with_own_scalings(configs[-1])
     members = [tmp_path / f"seed_{seed}" for seed in SEEDS]
     result = train_ensemble(configs, members)
     assert result.compilations <= 2  # two target buckets at most (lengths 1-8, buckets 8/16)
     assert not result.diverged
-    # The last member (its rate, warm-up, schedule, decay, clipping, base and scoring differ from
-    # the program's, member 0's):
+    # The last member (its rate, warm-up, schedule, decay, clipping, base, scalings and scoring
+    # differ from the program's, member 0's):
     # its own seed, settings and slice of the stacked state all have to line up with a run of its
     # own, in training and in its periodic evaluations.
     single = member_config(SEEDS[-1], RATES[-1], weight_decay=DECAYS[-1], clip_norm=CLIPS[-1],
                            max_wavelength=BASES[-1], warmup_steps=WARMUPS[-1])
     single.train.predict_eos = False
     single.train.schedule = "cosine"
+    with_own_scalings(single)
     train(single, tmp_path / "single")
     assert_same_run(members[-1], tmp_path / "single")
     # Different seeds really give different members.
@@ -183,6 +194,13 @@ def test_members_may_differ_only_in_what_stacks():
     check_members([member_config(0), longer, plain, wider])  # lengths and ranges stack
     with pytest.raises(ConfigError, match="distinct seeds .or .*randomized ranges"):
         check_members([member_config(0), plain, member_config(1), plain])
+    scaled, log_n, ssmax = member_config(0), member_config(0), member_config(0)
+    with_own_scalings(scaled)
+    log_n.model.pe.logit_scaling = "log_n_scaling"
+    ssmax.model.pe.logit_scaling = "ssmax"  # parameters of its own: never stacks
+    check_members([member_config(0), scaled, log_n])
+    with pytest.raises(ConfigError, match=r"model.pe.logit_scaling.*\(none or log_n_scaling\)"):
+        check_members([member_config(0), ssmax])
 
 
 def test_members_whose_models_differ_in_shape_beyond_the_vocabulary_are_refused():

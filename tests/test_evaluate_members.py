@@ -53,15 +53,18 @@ def untrained_run(run_dir: Path, config) -> LoadedRun:
 
 
 @pytest.mark.slow
-def test_runs_of_three_vocabularies_bases_and_ranges_in_one_program_equal_their_own_evaluations(
+def test_runs_of_three_vocabularies_and_settings_in_one_program_equal_their_own_evaluations(
         tmp_path):
     # The second has twice the examples per length: two batches to the others' one, which the
     # program pads with a batch of padding rows.
-    # The first also has its own RoPE base (the program runs the widest, the third), and each its
-    # own randomized range: plain, [0, 128), and the program model's [0, 64).
+    # The first also has its own RoPE base and NTK scaling, the second log-n logits (the program
+    # runs the widest, the third, with neither), and each its own randomized range: plain,
+    # [0, 128), and the program model's [0, 64).
+    own = ([f"--config.model.pe.max_wavelength={500.0}", "--config.model.pe.scaling.type=ntk",
+            "--config.model.pe.scaling.factor=4.0"],
+           ["--config.model.pe.logit_scaling=log_n_scaling"], [])
     runs = [untrained_run(tmp_path / task, config_of(
-        task, seed, f"--config.data.eval_samples={32 if seed == 1 else 16}",
-        f"--config.model.pe.max_wavelength={500.0 if seed == 0 else 1e4}",
+        task, seed, f"--config.data.eval_samples={32 if seed == 1 else 16}", *own[seed],
         f"--config.model.pe.randomize.max_position={RANGES[seed]}"))
         for seed, task in enumerate(TASKS)]
     assert sorted({run.task.vocabulary.size for run in runs}) == [5, 8, 13]

@@ -1,5 +1,7 @@
 """The model's member settings: a wavelength base set on a model as a traced scalar (an ensemble
-member's own) gives the outputs of a model built with that base, in every scheme that has one."""
+member's own) gives the outputs of a model built with that base, in every scheme that has one;
+so do RoPE's test-time scaling (method, factor, trained length, YaRN's betas) and the logit
+scaling (none or log n)."""
 
 from __future__ import annotations
 
@@ -55,6 +57,55 @@ def test_a_traced_wavelength_base_gives_the_outputs_of_a_model_built_with_it(sch
     assert float(jnp.max(jnp.abs(other - want))) > 1e-3  # the base reaches the outputs
 
 
+YARN = {"type": "yarn", "factor": 4.0, "original_max_position": 8}
+# (built: the member's own pe, program: the program model's pe, settings: the member's traced)
+SCALINGS = {
+    "pi-in-a-plain-program": ({"scaling": {"type": "pi", "factor": 4.0}},
+                              {"scaling": {"factor": 4.0}}, {"scaling_type": 1.0}),
+    "ntk-in-a-plain-program": ({"scaling": {"type": "ntk", "factor": 4.0}},
+                               {"scaling": {"factor": 4.0}}, {"scaling_type": 2.0}),
+    "yarn-in-a-plain-program": ({"scaling": YARN}, {"scaling": {"factor": 4.0,
+                                                                "original_max_position": 8}},
+                                {"scaling_type": 3.0}),
+    "plain-in-a-yarn-program": ({"scaling": {"factor": 4.0, "original_max_position": 8}},
+                                {"scaling": YARN}, {"scaling_type": 0.0}),
+    "yarn-factor-length-and-betas": (
+        {"scaling": {**YARN, "factor": 2.0, "original_max_position": 16, "beta_fast": 16.0,
+                     "beta_slow": 2.0}},
+        {"scaling": YARN}, {"scaling_factor": 2.0, "scaling_original_max_position": 16.0,
+                            "scaling_beta_fast": 16.0, "scaling_beta_slow": 2.0}),
+    "log-n-in-a-plain-program": ({"logit_scaling": "log_n_scaling"}, {}, {"logit_scaling": 1.0}),
+    "plain-in-a-log-n-program": ({}, {"logit_scaling": "log_n_scaling"}, {"logit_scaling": 0.0}),
+}
+
+
+def rope_pe(pe: dict) -> dict:
+    """RoPE's default block with ``pe``'s keys (its scaling block merged into the default)."""
+    base = default_pe_config("rope")
+    return {**base, **pe, "scaling": {**base["scaling"], **pe.get("scaling", {})}}
+
+
+@pytest.mark.parametrize(("built", "program", "settings"), SCALINGS.values(), ids=SCALINGS)
+def test_a_traced_scaling_gives_the_outputs_of_a_model_built_with_it(built, program, settings):
+    """Model A built with a member's scaling, model B with the program's (the same parameters):
+    B with the member's scaling set as arguments of the program equals A, and B as built does
+    not."""
+    graph_a, state = spread_parameters(tiny_model("rope", pe=rope_pe(built)))
+    graph_b, _ = spread_parameters(tiny_model("rope", pe=rope_pe(program)))
+    source, target = random_inputs(batch=2, source_len=9, target_len=7)
+
+    @jax.jit
+    def both(state, settings):
+        model_b = set_member_settings(nnx.merge(graph_b, state), settings)
+        return (forward(nnx.merge(graph_a, state), source, target, 3, 5),
+                forward(model_b, source, target, 3, 5),
+                forward(nnx.merge(graph_b, state), source, target, 3, 5))
+
+    want, got, program_own = both(state, {k: jnp.float32(v) for k, v in settings.items()})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert float(jnp.max(jnp.abs(program_own - want))) > 1e-3  # the setting reaches the outputs
+
+
 def test_members_carry_the_settings_they_differ_in_and_only_those():
     def config(rate: float, base: float | None):
         pe = {"type": "alibi"} if base is None else {"type": "rope", "max_wavelength": base}
@@ -65,4 +116,12 @@ def test_members_carry_the_settings_they_differ_in_and_only_those():
     assert members_model_settings([config(0.0, 500.0), config(0.2, 500.0)]) == {
         "dropout_rate": [0.0, 0.2]}
     assert members_model_settings([config(0.0, None), config(0.0, None)]) == {}
-    assert set(MODEL_SETTINGS) == {"dropout_rate", "max_wavelength"}
+    rope = [{"model": {"dropout_rate": 0.0, "pe": rope_pe({"scaling": {"type": name},
+                                                           "logit_scaling": logit})}}
+            for name, logit in (("none", "none"), ("yarn", "log_n_scaling"), ("pi", "none"))]
+    assert members_model_settings(rope) == {"scaling_type": [0.0, 3.0, 1.0],
+                                            "logit_scaling": [0.0, 1.0, 0.0]}
+    assert set(MODEL_SETTINGS) == {
+        "dropout_rate", "max_wavelength", "scaling_type", "scaling_factor",
+        "scaling_original_max_position", "scaling_beta_fast", "scaling_beta_slow",
+        "logit_scaling"}

@@ -101,3 +101,20 @@ def test_a_base_stacks_unless_per_layer_schemes_may_carry_their_own():
     assert first_difference(config(500.0, layered), config(1e4, layered)) == \
         "model.pe.max_wavelength"
     assert program_key(config(500.0, layered)) != program_key(config(1e4, layered))
+
+
+def test_rope_scalings_and_log_n_stack_and_ssmax_keeps_its_program(tmp_path):
+    """The RoPE fine-tuning study's methods share one program, as do plain and log-n logits;
+    Scalable-Softmax's parameters keep it apart, and per-layer schemes keep scalings apart."""
+    grid = ('[{"model.pe.scaling.type": "none"}, {"model.pe.scaling.type": "pi"}, '
+            '{"model.pe.scaling.type": "ntk", "model.pe.scaling.factor": 4.0}, '
+            '{"model.pe.scaling.type": "yarn", "model.pe.scaling.original_max_position": 9}, '
+            '{"model.pe.logit_scaling": "log_n_scaling"}, {"model.pe.logit_scaling": "ssmax"}]')
+    plan = load_sweep(write_sweep(tmp_path / "s.py", grid=grid))
+    assert group_points(plan.points, list(range(6)), 12) == [[0, 1, 2, 3, 4], [5]]
+    plain = plan.points[0].members[0].config
+    assert first_difference(plain, plan.points[5].members[0].config) == "model.pe.logit_scaling"
+    layered = {"seed": 0, "model": {"pe": {"type": "rope", "layers": ("rope", "none"),
+                                           "scaling": {"type": "none"}}}}
+    pi = {**layered, "model": {"pe": {**layered["model"]["pe"], "scaling": {"type": "pi"}}}}
+    assert first_difference(layered, pi) == "model.pe.scaling.type"

@@ -7,9 +7,11 @@ constant or cosine decay, weight decay, clipping norm), whether the loss scores 
 (``train.predict_eos``), the model's (dropout rate, the positional scheme's wavelength base:
 ``model/member_settings.py``), the task (the vocabulary is padded to the widest member's and each
 member's loss is taken over its own tokens: ``training/ensemble.py``), its training and
-evaluation lengths, the W&B name, and the randomized-position range (``randomized_range``; 0:
-plain positions): the program draws each of its members' ranges from a member's keys and the
-member takes its own (``model/inputs.member_positions``).
+evaluation lengths, the W&B name, RoPE's test-time scaling (``model.pe.scaling``: none, PI,
+NTK-aware, YaRN, their factor), the logit scaling between ``none`` and ``log_n_scaling``
+(``STACKED_AMONG``: ``ssmax`` has parameters of its own), and the randomized-position range
+(``randomized_range``; 0: plain positions): the program draws each of its members' ranges from a
+member's keys and the member takes its own (``model/inputs.member_positions``).
 """
 
 from __future__ import annotations
@@ -19,23 +21,36 @@ from typing import Any
 
 from pe_research.config.files import flat_config
 
+ROPE_SCALING_KEYS = tuple(f"model.pe.scaling.{field}" for field in
+                          ("type", "factor", "original_max_position", "beta_fast", "beta_slow"))
+
 STACKED_KEYS = ("seed", "train.learning_rate", "train.warmup_steps", "train.schedule",
                 "train.weight_decay", "train.clip_norm", "train.predict_eos", "data.train_lengths",
                 "data.eval_samples", "train.eval_lengths", "eval.lengths", "wandb.name",
                 "wandb.tags", "model.pe.randomize.max_position", "model.dropout_rate",
-                "model.pe.max_wavelength")
+                "model.pe.max_wavelength", *ROPE_SCALING_KEYS)
 STACKED_PREFIXES = ("task.",)
+# key -> the values among which it stacks (a member with another value keeps its program)
+STACKED_AMONG = {"model.pe.logit_scaling": ("none", "log_n_scaling")}
 # Set on every module of the program's model, so not where per-layer schemes (model.pe.layers)
-# may carry bases of their own.
-NOT_WITH_LAYERS = ("model.pe.max_wavelength",)
+# may carry bases or scalings of their own.
+NOT_WITH_LAYERS = ("model.pe.max_wavelength", *ROPE_SCALING_KEYS)
 
 
-def stacked(key: str, flat: Mapping[str, Any] | None = None) -> bool:
-    """Whether the dotted config ``key`` may differ between members of one program (of the
-    flat config ``flat``, when given)."""
-    if flat and flat.get("model.pe.layers") and key in NOT_WITH_LAYERS:
+def stacked(key: str, flat: Mapping[str, Any]) -> bool:
+    """Whether the dotted config ``key`` may differ between members of one program, in the
+    flat config ``flat``."""
+    if flat.get("model.pe.layers") and key in NOT_WITH_LAYERS:
         return False
+    if key in STACKED_AMONG:
+        return flat.get(key) in STACKED_AMONG[key]
     return key in STACKED_KEYS or key.startswith(STACKED_PREFIXES)
+
+
+def stacked_keys_text() -> str:
+    """The keys members may differ in, as a sentence's list (for errors)."""
+    among = [f"{key} ({' or '.join(values)})" for key, values in STACKED_AMONG.items()]
+    return ", ".join([*STACKED_KEYS, *(f"{prefix}*" for prefix in STACKED_PREFIXES), *among])
 
 
 def program_key(config: Mapping[str, Any]) -> str:

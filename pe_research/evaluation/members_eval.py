@@ -48,7 +48,8 @@ def members_key(config: ml_collections.ConfigDict,
                 lengths: Sequence[int] | None = None) -> str:
     """What runs evaluated in one program (``evaluate_members``) share, as text: every setting but
     those members of a training program may differ in (``config/stacking.py``: seed, optimizer
-    scalars, dropout, wavelength base, task, randomized range, end-token scoring), and whether the
+    scalars, dropout, wavelength base, RoPE and logit scaling, task, randomized range, end-token
+    scoring), and whether the
     task decodes, whether it is also decoded at the oracle length (as -EOS runs are) and the eval
     lengths (``lengths``, else the config's), which those settings would leave free."""
     nested = config.to_dict()
@@ -75,9 +76,10 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
     """Range evaluation of several runs in one program, vmapped over members.
 
     The members share the model but for its vocabulary (``members_key``): they may differ in seed,
-    optimizer scalars (learning rate, ...), dropout rate, wavelength base, task and randomized
-    range. Member k is scored on its own frozen eval set (its task's and seed's) with its own
-    position key, randomized range and wavelength base, in the model padded to the widest member's
+    optimizer scalars (learning rate, ...), dropout rate, wavelength base, RoPE and logit scaling,
+    task and randomized range. Member k is scored on its own frozen eval set (its task's and
+    seed's) with its own position key, randomized range and model settings, in the model padded to
+    the widest member's
     vocabulary and over its own tokens (``model/padded_vocab.py``), so its rows equal
     ``evaluate_run(runs[k])``. Batches are padded to the widest member's widths, so the function
     compiles once per batch shape for all members (a member with fewer batches at a length gets

@@ -128,7 +128,8 @@ class MultiHeadAttention(nnx.Module):
     ``query_block``: queries attended at a time on ``xla``, 0 for all at once (training);
     evaluation sets it (``eval.query_block``, model/query_blocks.py).
     ``logit_scaling``: ``none``, ``log_n_scaling`` or ``ssmax`` (its s per head starting at
-    ``ssmax_init``): logits sharpened with the number of keys (positional/length_scaling.py).
+    ``ssmax_init``): logits sharpened with the number of keys (positional/length_scaling.py); a
+    stacked program's member sets its own ``none`` or ``log_n_scaling`` as a traced index.
     """
 
     def __init__(self, d_model: int, num_heads: int, kind: AttentionKind, *, dtype: Any,
@@ -216,9 +217,10 @@ class MultiHeadAttention(nnx.Module):
             with jax.named_scope("positional"):
                 bias = pe.logit_bias(q_BxTxHxD, k_BxSxHxD, q_positions_BxT, k_positions_BxS,
                                      self.kind)
-        if self.logit_scaling != "none":
+        if not isinstance(self.logit_scaling, str) or self.logit_scaling != "none":
             scale = logit_scale(visible_keys(dense_mask(mask)),
-                                None if self.ssmax_s is None else self.ssmax_s[...])
+                                None if self.ssmax_s is None else self.ssmax_s[...],
+                                self.logit_scaling)
             q_BxTxHxD, bias = scale_logits(q_BxTxHxD, bias, scale)
         if self.kind in pe.acts_in:
             with jax.named_scope("positional"):

@@ -9,6 +9,13 @@ sets a member's values on its model as traced scalars after merging it
   rotary schemes (RoPE's theta; sinusoidal, scaled sinusoidal, Transformer-XL, xPos, PoPE), a
   common axis of length-extrapolation sweeps (e.g. Men et al. 2024, "Base of RoPE Bounds
   Context Length").
+* ``scaling_*`` (``model.pe.scaling.*``): RoPE's test-time scaling (PI, NTK-aware, YaRN and
+  their factor, trained length and YaRN's betas), whose frequencies the members of a
+  fine-tuning study compute each from their own (``positional/rope_scaling.py``);
+* ``logit_scaling`` (``model.pe.logit_scaling``): ``none`` or ``log_n_scaling``, which have the
+  same parameters (``ssmax`` adds its own and does not stack: ``config/stacking.py``).
+
+A setting whose values are names (``CHOICES``) passes as its index in the choices.
 """
 
 from __future__ import annotations
@@ -19,9 +26,20 @@ from typing import Any
 import jax
 from flax import nnx
 
+from pe_research.positional.length_scaling import LOGIT_SCALINGS
+from pe_research.positional.rope_scaling import SCALING_TYPES
+
 # attribute of the model's modules -> the config key it comes from
 MODEL_SETTINGS = {"dropout_rate": "model.dropout_rate",
-                  "max_wavelength": "model.pe.max_wavelength"}
+                  "max_wavelength": "model.pe.max_wavelength",
+                  "scaling_type": "model.pe.scaling.type",
+                  "scaling_factor": "model.pe.scaling.factor",
+                  "scaling_original_max_position": "model.pe.scaling.original_max_position",
+                  "scaling_beta_fast": "model.pe.scaling.beta_fast",
+                  "scaling_beta_slow": "model.pe.scaling.beta_slow",
+                  "logit_scaling": "model.pe.logit_scaling"}
+# a setting named by a choice -> its choices (the traced value is the choice's index)
+CHOICES = {"model.pe.scaling.type": SCALING_TYPES, "model.pe.logit_scaling": LOGIT_SCALINGS}
 
 
 def config_value(config: Mapping[str, Any], key: str) -> Any:
@@ -32,14 +50,19 @@ def config_value(config: Mapping[str, Any], key: str) -> Any:
     return value
 
 
+def setting_number(key: str, value: Any) -> float:
+    """The traced value of config ``key``'s ``value``: the number, or a choice's index."""
+    return float(CHOICES[key].index(value) if key in CHOICES else value)
+
+
 def members_model_settings(configs: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
     """``{attribute: [member k's value]}`` for the settings of ``MODEL_SETTINGS`` the members'
     configs differ in (a setting every member shares stays in the program's model)."""
     settings = {}
     for attribute, key in MODEL_SETTINGS.items():
         values = [config_value(config, key) for config in configs]
-        if None not in values and len({float(value) for value in values}) > 1:
-            settings[attribute] = [float(value) for value in values]
+        if None not in values and len({setting_number(key, value) for value in values}) > 1:
+            settings[attribute] = [setting_number(key, value) for value in values]
     return settings
 
 

@@ -59,9 +59,14 @@ def visible_keys(mask_BxTxS: jax.Array) -> jax.Array:
     return jnp.maximum(jnp.sum(mask_BxTxS, axis=-1), 1).astype(jnp.float32)
 
 
-def logit_scale(n_BxT: jax.Array, s_H: jax.Array | None = None) -> jax.Array:
-    """The factor on each query's logits: log n ``[B, T, 1]``, or s log n ``[B, T, H]``."""
+def logit_scale(n_BxT: jax.Array, s_H: jax.Array | None = None,
+                scaling: str | jax.Array = "log_n_scaling") -> jax.Array:
+    """The factor on each query's logits: log n ``[B, T, 1]``, or s log n ``[B, T, H]``; a
+    traced ``scaling`` (a stacked member's index into ``LOGIT_SCALINGS``: ``none`` or
+    ``log_n_scaling``) gives 1 where it is ``none``."""
     log_n = jnp.log(n_BxT)[..., None]
+    if not isinstance(scaling, str):
+        return jnp.where(jnp.asarray(scaling) == LOGIT_SCALINGS.index("none"), 1.0, log_n)
     return log_n if s_H is None else log_n * s_H.astype(jnp.float32)
 
 

@@ -117,7 +117,13 @@ class RoPE(PositionalScheme):
     def __init__(self, pe: Mapping[str, Any], *, d_model: int, num_heads: int, rngs: nnx.Rngs):
         super().__init__(pe, d_model=d_model, num_heads=num_heads, rngs=rngs)
         self.max_wavelength = float(pe["max_wavelength"])
-        self.scaling = RopeScaling.from_mapping(pe.get("scaling"))
+        scaling = RopeScaling.from_mapping(pe.get("scaling"))
+        # One attribute per field: a stacked program sets a member's own (model/member_settings)
+        self.scaling_type = scaling.type
+        self.scaling_factor = scaling.factor
+        self.scaling_original_max_position = scaling.original_max_position
+        self.scaling_beta_fast = scaling.beta_fast
+        self.scaling_beta_slow = scaling.beta_slow
         self.rotated = rotated_width(self.head_dim, float(pe.get("rotary_fraction", 1.0)))
         self.dropped = float(pe.get("drop_lowest_frequencies", 0.0))
         self.hope_train_length = int(pe.get("hope_train_length", 0))
@@ -158,9 +164,16 @@ class RoPE(PositionalScheme):
                 "RoPE frequency completes a period and nothing would rotate)")
         ContextExtension.from_pe(pe)
 
+    @property
+    def scaling(self) -> RopeScaling:
+        """The test-time scaling (its fields traced where a stacked program set a member's)."""
+        return RopeScaling(self.scaling_type, self.scaling_factor,
+                           self.scaling_original_max_position, self.scaling_beta_fast,
+                           self.scaling_beta_slow)
+
     def rotation_angles(self, positions: jax.Array) -> jax.Array:
         """Angles ``[B, T, R/2]`` from the (possibly scaled) frequencies of an R-wide RoPE."""
-        if self.scaling.type == "none":
+        if isinstance(self.scaling_type, str) and self.scaling_type == "none":
             angles = rope_angles(positions, self.rotated, self.max_wavelength)
         else:
             theta = scaled_inverse_wavelengths(self.rotated, self.max_wavelength, self.scaling)
@@ -175,7 +188,7 @@ class RoPE(PositionalScheme):
         logits grow by)."""
         x = rotate_part(x_BxTxHxD, self.rotation_angles(positions_BxT))
         scale = attention_scale(self.scaling)
-        return x if scale == 1.0 else (x * scale).astype(x.dtype)
+        return x if isinstance(scale, float) and scale == 1.0 else (x * scale).astype(x.dtype)
 
     def extends(self, kind) -> bool:
         """Whether a test-time extension acts in attention of ``kind`` (causal only)."""

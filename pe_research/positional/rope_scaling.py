@@ -12,6 +12,10 @@ that a model trained on positions below L can be evaluated on positions up to ``
   ramp g_i = clip((r_i - beta_slow) / (beta_fast - beta_slow), 0, 1),
   theta'_i = (1 - g_i) * theta_i / s + g_i * theta_i   (high frequencies kept, low ones
   interpolated), and attention logits multiplied by 1/t with sqrt(1/t) = 0.1 ln(s) + 1.
+
+Members of one stacked program may each have their own scaling: their fields are then traced
+scalars, ``type`` an index into ``SCALING_TYPES`` (``model/member_settings.py``), and the
+functions below select each member's method with ``jnp.where`` instead of a Python branch.
 """
 
 from __future__ import annotations
@@ -38,13 +42,14 @@ DEFAULT_SCALING: dict[str, Any] = {
 
 @dataclasses.dataclass(frozen=True)
 class RopeScaling:
-    """A validated ``model.pe.scaling`` block (hashable, so it can live on an NNX module)."""
+    """A validated ``model.pe.scaling`` block; in a stacked program, fields the members differ
+    in are traced scalars (``type``: an index into ``SCALING_TYPES``)."""
 
-    type: str = "none"
-    factor: float = 1.0
-    original_max_position: int = 0
-    beta_fast: float = 32.0
-    beta_slow: float = 1.0
+    type: str | jax.Array = "none"
+    factor: float | jax.Array = 1.0
+    original_max_position: int | jax.Array = 0
+    beta_fast: float | jax.Array = 32.0
+    beta_slow: float | jax.Array = 1.0
 
     @classmethod
     def from_mapping(cls, scaling: Mapping[str, Any] | None) -> RopeScaling:
@@ -92,7 +97,13 @@ def yarn_ramp(head_dim: int, max_wavelength: float, scaling: RopeScaling) -> jax
 
 def scaled_inverse_wavelengths(head_dim: int, max_wavelength: float,
                                scaling: RopeScaling) -> jax.Array:
-    """Frequencies ``theta'_i`` ``[D/2]`` after the scaling method (formulas in the module doc)."""
+    """Frequencies ``theta'_i`` ``[D/2]`` after the scaling method (formulas in the module doc);
+    a traced ``scaling.type`` (an index into ``SCALING_TYPES``) selects its method's."""
+    if not isinstance(scaling.type, str):
+        methods = [scaled_inverse_wavelengths(head_dim, max_wavelength,
+                                              dataclasses.replace(scaling, type=name))
+                   for name in SCALING_TYPES]
+        return jnp.stack(methods)[jnp.asarray(scaling.type).astype(jnp.int32)]
     theta = rope_inverse_wavelengths(head_dim, max_wavelength)
     factor = scaling.factor
     if scaling.type == "none":
@@ -108,8 +119,16 @@ def scaled_inverse_wavelengths(head_dim: int, max_wavelength: float,
     return (1.0 - ramp) * theta / factor + ramp * theta
 
 
-def attention_scale(scaling: RopeScaling) -> float:
-    """Factor applied to both q and k: YaRN's ``sqrt(1/t) = 0.1 ln(s) + 1``, else 1."""
-    if scaling.type == "yarn" and scaling.factor > 1.0:
-        return 0.1 * math.log(scaling.factor) + 1.0
-    return 1.0
+def attention_scale(scaling: RopeScaling) -> float | jax.Array:
+    """Factor applied to both q and k: YaRN's ``sqrt(1/t) = 0.1 ln(s) + 1``, else 1 (a traced
+    scalar where the type or the factor is traced)."""
+    if isinstance(scaling.type, str) and isinstance(scaling.factor, float):
+        if scaling.type == "yarn" and scaling.factor > 1.0:
+            return 0.1 * math.log(scaling.factor) + 1.0
+        return 1.0
+    if isinstance(scaling.type, str) and scaling.type != "yarn":
+        return 1.0
+    yarn = True if isinstance(scaling.type, str) else \
+        jnp.asarray(scaling.type) == SCALING_TYPES.index("yarn")
+    factor = jnp.asarray(scaling.factor, jnp.float32)
+    return jnp.where(yarn & (factor > 1.0), 0.1 * jnp.log(factor) + 1.0, 1.0)

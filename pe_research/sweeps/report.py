@@ -2,11 +2,11 @@
 
 Runs are evaluated together (``evaluate_members``: one program, vmapped over members): a grid
 point's members, and the grid points that share the model but for the task, seed, optimizer scalars,
-dropout rate, wavelength base or randomized range (``members_key``), in grid order, up to the
-members per program measured for this device (``MEMBERS_PER_PROGRAM``); each run gets
-``RUN_DIR/eval/eval.{json,csv,png}`` as ``pe-research eval`` writes them. Runs are then compared per
-task and training range, grouped by the swept keys that split them (mean ± std and max over seeds):
-``SWEEP_DIR/report/<task>/comparison.{md,csv,png}``, and every table in
+dropout rate, wavelength base, RoPE or logit scaling or randomized range (``members_key``), in grid
+order, up to the members per program measured for this device (``MEMBERS_PER_PROGRAM``); each run
+gets ``RUN_DIR/eval/eval.{json,csv,png}`` as ``pe-research eval`` writes them. Runs are then
+compared per task and training range, grouped by the swept keys that split them (mean ± std and max
+over seeds): ``SWEEP_DIR/report/<task>/comparison.{md,csv,png}``, and every table in
 ``SWEEP_DIR/report/summary.md``. A sweep over several tasks also gets the papers' table
 (``evaluation/paper_table.py``): ``SWEEP_DIR/report/paper_table.{md,csv,png}``.
 """

@@ -41,10 +41,10 @@ from jax.sharding import Mesh
 from pe_research import data
 from pe_research.config import flat_config, from_mapping, to_dict, validate_config
 from pe_research.config.stacking import (
-    STACKED_KEYS,
     first_difference,
     randomized_range,
     stacked,
+    stacked_keys_text,
 )
 from pe_research.config.validate import steps_per_call
 from pe_research.core.errors import ConfigError
@@ -107,13 +107,14 @@ def check_members(configs: Sequence[ml_collections.ConfigDict]) -> None:
             flat_first, flat_other = flat_config(first), flat_config(to_dict(config))
             raise ConfigError(key, flat_other.get(key), f"member {index} differs from member 0 "
                               f"({flat_first.get(key)!r}); members of one program may differ "
-                              f"only in {', '.join(STACKED_KEYS)} and task.*")
-    runs = [repr([(key, value) for key, value in sorted(flat_config(to_dict(c)).items())
-                  if stacked(key) and not key.startswith("wandb.")]) for c in configs]
+                              f"only in {stacked_keys_text()}")
+    flats = [flat_config(to_dict(c)) for c in configs]
+    runs = [repr([(key, value) for key, value in sorted(flat.items())
+                  if stacked(key, flat) and not key.startswith("wandb.")]) for flat in flats]
     if len(set(runs)) != len(runs):
         raise ConfigError("seed", [int(c.seed) for c in configs], "members need distinct seeds "
-                          "(or optimizer settings, dropout rates, wavelength bases, randomized "
-                          "ranges, tasks or lengths)")
+                          "(or optimizer settings, dropout rates, wavelength bases, scalings, "
+                          "randomized ranges, tasks or lengths)")
 
 
 def member_shapes(configs: Sequence[ml_collections.ConfigDict],

@@ -11,8 +11,8 @@ trace. Randomness is explicit: the keys for dropout and randomized positions are
   ``lax.scan`` over K stacked batches (one step without the loop), bit for bit the K steps of
   K calls;
 * the keys (and an ensemble's learning rates, warm-ups, schedules, weight decays, clipping norms,
-  dropout rates, wavelength bases and randomized ranges) passed as arguments, not baked in as
-  constants, so runs that differ only in their seed build one program (one compilation-cache
+  dropout rates, wavelength bases, scalings and randomized ranges) passed as arguments, not baked in
+  as constants, so runs that differ only in their seed build one program (one compilation-cache
   entry);
 * the state between calls, held as the flat list of its leaves: a call does no Python work per
   NNX variable, and the state's buffers are donated to the next call.
@@ -68,7 +68,8 @@ def step_functions(graphdef: Any, rest: Any, train_cfg: Mapping[str, Any],
     (``model/padded_vocab.py``); with ``position_range`` (traced: a member's randomized range, one
     of the program's ``ranges``; 0 for plain) a member trains on the positions of its range
     (``inputs.member_positions``); ``model_settings`` (traced scalars keyed by
-    ``member_settings.MODEL_SETTINGS``: dropout rate, wavelength base) replace the model's;
+    ``member_settings.MODEL_SETTINGS``: dropout rate, wavelength base, scalings) replace the
+    model's;
     ``member_predicts_eos`` (a traced bool) replaces ``train.predict_eos`` in the loss and metrics.
     ``eval_step(params, batch, base_key, model_settings=None)`` returns summable metric sums.
     """
