@@ -60,11 +60,13 @@ def member_config(seed: int, learning_rate: float | None = None, task: str | Non
 
 def with_own_scalings(config) -> None:
     """YaRN for twice the trained lengths (its frequencies and q/k scale differ from plain RoPE's)
-    and log-n logit scaling, where the program's model has neither."""
+    and log-n logit scaling, where the program's model has neither, and lengths drawn per
+    example."""
     config.model.pe.scaling.type = "yarn"
     config.model.pe.scaling.factor = 2.0
     config.model.pe.scaling.original_max_position = 9
     config.model.pe.logit_scaling = "log_n_scaling"
+    config.data.length_sampling = "mixed"  # and lengths drawn per example, not per batch
 
 
 def params_of(run_dir) -> list[np.ndarray]:

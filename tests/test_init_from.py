@@ -75,9 +75,13 @@ def test_start_from_source_takes_the_checkpoints_weights_and_a_fresh_optimizer(s
 
 @pytest.mark.slow
 def test_fine_tuned_members_equal_single_runs_from_their_own_sources(sources, tmp_path, capsys):
+    """Two members fine-tuned from their seeds' sources and, in the same program, one that starts
+    fresh."""
     pattern = str(sources / "seed_{seed}")
     members = [tmp_path / "ensemble" / f"seed_{seed}" for seed in (0, 1)]
-    train_ensemble([fine_tune_config(pattern, seed) for seed in (0, 1)], members)
+    fresh = tmp_path / "ensemble" / "fresh_1"
+    train_ensemble([*(fine_tune_config(pattern, seed) for seed in (0, 1)),
+                    fine_tune_config("", seed=1)], [*members, fresh])
     single = tmp_path / "single_1"
     capsys.readouterr()
     train(fine_tune_config(pattern, seed=1), single)
@@ -91,6 +95,8 @@ def test_fine_tuned_members_equal_single_runs_from_their_own_sources(sources, tm
     # From trained weights the first loss is far below a fresh model's on the same batches.
     scratch = tmp_path / "scratch_1"
     train(fine_tune_config("", seed=1), scratch)
+    assert_same_trained_parameters(params_of(fresh), params_of(scratch))
+    assert RunDir(fresh).config_history() == []  # started from no run
     assert first_loss(single) < 0.7 * first_loss(scratch)
     assert not np.allclose(params_of(single)[0], params_of(scratch)[0])
 

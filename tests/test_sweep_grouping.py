@@ -80,14 +80,15 @@ def test_the_papers_table_and_its_pilot_stack_a_schemes_cells_on_a_gpu():
     assert tuple(config.eval.lengths) == tuple(range(1, 501))  # the paper's uniform average
 
 
-def test_points_that_differ_in_optimizer_settings_scoring_dropout_or_base_share_a_program(
+def test_points_that_differ_in_optimizer_settings_scoring_sampling_source_or_base_share_a_program(
         tmp_path):
     grid = ('[{"train.weight_decay": 0.1}, {"train.clip_norm": 0.5}, '
             '{"train.schedule": "cosine"}, {"model.dropout_rate": 0.2}, '
             '{"model.pe.max_wavelength": 500.0}, {"train.warmup_steps": 3}, '
-            '{"train.predict_eos": False}, {"train.steps": 30}]')
+            '{"train.predict_eos": False}, {"data.length_sampling": "mixed"}, '
+            '{"train.init_from": "runs/source_{seed}"}, {"train.steps": 30}]')
     plan = load_sweep(write_sweep(tmp_path / "s.py", grid=grid))
-    assert group_points(plan.points, list(range(8)), 14) == [[0, 1, 2, 3, 4, 5, 6], [7]]
+    assert group_points(plan.points, list(range(10)), 18) == [[0, 1, 2, 3, 4, 5, 6, 7, 8], [9]]
 
 
 def test_a_base_stacks_unless_per_layer_schemes_may_carry_their_own():

@@ -56,7 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=1,
                         help="jobs (programs) running at once (SLURM: array parallelism)")
     parser.add_argument("--members-per-program", default=None, metavar="N | auto | point",
-                        help="train grid points that differ only in task, lengths, seed, "
+                        help="train grid points that differ only in task, lengths (and their "
+                             "sampling), the run they start from (train.init_from), seed, "
                              "learning rate, warm-up steps, schedule, weight decay, clip norm, "
                              "end-token scoring (train.predict_eos), dropout, wavelength base "
                              "(model.pe.max_wavelength), RoPE scaling (model.pe.scaling), logit "
