@@ -12,6 +12,7 @@ import pytest
 from flax import nnx
 from tiny_models import forward, random_inputs, spread_parameters, tiny_model
 
+from pe_research.config.stacking import INIT_ONLY_KEYS
 from pe_research.model.member_settings import (
     MODEL_SETTINGS,
     members_model_settings,
@@ -106,6 +107,54 @@ def test_a_traced_scaling_gives_the_outputs_of_a_model_built_with_it(built, prog
     assert float(jnp.max(jnp.abs(program_own - want))) > 1e-3  # the setting reaches the outputs
 
 
+# (scheme, pe of the member's model): keys that only draw the initial parameters
+INIT_ONLY = {
+    "learned": {"init_std": 0.5}, "path": {"init_std": 0.5}, "shaw": {"init_std": 0.5},
+    "position_coupling": {"init_std": 0.5}, "t5": {"init_std": 0.5}, "fire": {"init_c": 0.5},
+    "fox": {"gate_init_std": 0.5, "gate_bias_init": 1.0}, "pope": {"bias_init": "uniform"},
+    "transformer_xl": {"bias_init_std": 0.5},
+    "alibi": {"logit_scaling": "ssmax", "ssmax_init": 0.9},
+}
+
+
+def test_every_key_of_the_initialisation_is_checked():
+    checked = {f"model.pe.{key}" for pe in INIT_ONLY.values() for key in pe}
+    assert checked - {"model.pe.logit_scaling"} == set(INIT_ONLY_KEYS)
+
+
+@pytest.mark.parametrize("scheme", INIT_ONLY)
+def test_a_key_of_the_initialisation_only_changes_the_parameters(scheme):
+    """Every key of ``INIT_ONLY_KEYS``: the program's model (built with the default) running a
+    member's parameters (drawn with the member's value) gives the member's own model's outputs;
+    the parameters themselves differ."""
+    own = INIT_ONLY[scheme]
+    program_pe = {"logit_scaling": own["logit_scaling"]} if "logit_scaling" in own else {}
+    graph, state = nnx.split(tiny_model(scheme, pe=own))
+    program_graph, program_state = nnx.split(tiny_model(scheme, pe=program_pe))
+    assert not all(np.allclose(a, b) for a, b in zip(
+        jax.tree.leaves(state), jax.tree.leaves(program_state), strict=True))
+    source, target = random_inputs(batch=2, source_len=9, target_len=7)
+    want = forward(nnx.merge(graph, state), source, target, 3, 5)
+    got = forward(nnx.merge(program_graph, state), source, target, 3, 5)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_fire_threshold_set_as_a_member_setting_gives_the_outputs_of_a_model_built_with_it():
+    """FIRE's L0 (``init_threshold``, a forward scalar) as a traced member setting."""
+    graph_a, state = spread_parameters(tiny_model("fire", pe={"init_threshold": 4.0}))
+    graph_b, _ = spread_parameters(tiny_model("fire"))
+    source, target = random_inputs(batch=2, source_len=9, target_len=7)
+    want = forward(nnx.merge(graph_a, state), source, target, 3, 5)
+    settings = members_model_settings([{"model": {"pe": {"init_threshold": value}}}
+                                       for value in (4.0, 512.0)])
+    got = jax.jit(lambda state, base: forward(set_member_settings(
+        nnx.merge(graph_b, state), {"init_threshold": base}), source, target, 3, 5))(
+            state, jnp.float32(settings["init_threshold"][0]))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert float(jnp.max(jnp.abs(forward(nnx.merge(graph_b, state), source, target, 3, 5)
+                                 - want))) > 1e-3
+
+
 def test_members_carry_the_settings_they_differ_in_and_only_those():
     def config(rate: float, base: float | None):
         pe = {"type": "alibi"} if base is None else {"type": "rope", "max_wavelength": base}
@@ -124,4 +173,4 @@ def test_members_carry_the_settings_they_differ_in_and_only_those():
     assert set(MODEL_SETTINGS) == {
         "dropout_rate", "max_wavelength", "scaling_type", "scaling_factor",
         "scaling_original_max_position", "scaling_beta_fast", "scaling_beta_slow",
-        "logit_scaling"}
+        "logit_scaling", "init_threshold"}

@@ -119,3 +119,16 @@ def test_rope_scalings_and_log_n_stack_and_ssmax_keeps_its_program(tmp_path):
                                            "scaling": {"type": "none"}}}}
     pi = {**layered, "model": {"pe": {**layered["model"]["pe"], "scaling": {"type": "pi"}}}}
     assert first_difference(layered, pi) == "model.pe.scaling.type"
+
+
+def test_what_only_draws_the_initial_parameters_stacks_and_fires_threshold_too():
+    def fire(**pe):
+        return {"seed": 0, "model": {"pe": {"type": "fire", "init_c": 0.1,
+                                            "init_threshold": 512.0, **pe}}}
+
+    assert first_difference(fire(), fire(init_c=0.5, init_threshold=64.0)) is None
+    assert program_key(fire()) == program_key(fire(init_c=0.5, init_threshold=64.0))
+    assert first_difference(fire(), fire(mlp_width=16)) == "model.pe.mlp_width"
+    layered = {"layers": ("fire", "none")}
+    assert first_difference(fire(**layered), fire(init_threshold=64.0, **layered)) == \
+        "model.pe.init_threshold"

@@ -56,14 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=1,
                         help="jobs (programs) running at once (SLURM: array parallelism)")
     parser.add_argument("--members-per-program", default=None, metavar="N | auto | point",
-                        help="train grid points that differ only in task, lengths (and their "
-                             "sampling), the run they start from (train.init_from), seed, "
-                             "learning rate, warm-up steps, schedule, weight decay, clip norm, "
-                             "end-token scoring (train.predict_eos), dropout, wavelength base "
-                             "(model.pe.max_wavelength), RoPE scaling (model.pe.scaling), logit "
-                             "scaling none or log_n_scaling, or randomized range "
-                             "(model.pe.randomize.max_position, 0: plain positions) stacked in "
-                             "one program of up to N members; 'auto': the cap "
+                        help="train grid points that differ only in what members of a "
+                             "program may differ in (config/stacking.py: task and lengths, seed, "
+                             "optimizer scalars, end-token scoring, dropout, the scheme's "
+                             "scalars such as the wavelength base or RoPE scaling, keys that only "
+                             "draw initial parameters, the run a member starts from, randomized "
+                             "range) stacked in one program of up to N members; 'auto': the cap "
                              "measured for the device; 'point': one program per grid point "
                              "(default: the sweep file's, else 'point')")
     parser.add_argument("--partition", default=None, help="SLURM partition")

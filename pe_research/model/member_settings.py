@@ -13,7 +13,9 @@ sets a member's values on its model as traced scalars after merging it
   their factor, trained length and YaRN's betas), whose frequencies the members of a
   fine-tuning study compute each from their own (``positional/rope_scaling.py``);
 * ``logit_scaling`` (``model.pe.logit_scaling``): ``none`` or ``log_n_scaling``, which have the
-  same parameters (``ssmax`` adds its own and does not stack: ``config/stacking.py``).
+  same parameters (``ssmax`` adds its own and does not stack: ``config/stacking.py``);
+* ``init_threshold`` (``model.pe.init_threshold``): FIRE's L0, whose learned multiple is the
+  threshold of its normalised distance.
 
 A setting whose values are names (``CHOICES``) passes as its index in the choices.
 """
@@ -37,7 +39,8 @@ MODEL_SETTINGS = {"dropout_rate": "model.dropout_rate",
                   "scaling_original_max_position": "model.pe.scaling.original_max_position",
                   "scaling_beta_fast": "model.pe.scaling.beta_fast",
                   "scaling_beta_slow": "model.pe.scaling.beta_slow",
-                  "logit_scaling": "model.pe.logit_scaling"}
+                  "logit_scaling": "model.pe.logit_scaling",
+                  "init_threshold": "model.pe.init_threshold"}
 # a setting named by a choice -> its choices (the traced value is the choice's index)
 CHOICES = {"model.pe.scaling.type": SCALING_TYPES, "model.pe.logit_scaling": LOGIT_SCALINGS}
 
