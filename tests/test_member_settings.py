@@ -12,7 +12,7 @@ import pytest
 from flax import nnx
 from tiny_models import forward, random_inputs, spread_parameters, tiny_model
 
-from pe_research.config.stacking import INIT_ONLY_KEYS
+from pe_research.config.stacking import INIT_ONLY_KEYS, SCHEME_SCALARS
 from pe_research.model.member_settings import (
     MODEL_SETTINGS,
     members_model_settings,
@@ -139,20 +139,36 @@ def test_a_key_of_the_initialisation_only_changes_the_parameters(scheme):
     np.testing.assert_array_equal(got, want)
 
 
-def test_fire_threshold_set_as_a_member_setting_gives_the_outputs_of_a_model_built_with_it():
-    """FIRE's L0 (``init_threshold``, a forward scalar) as a traced member setting."""
-    graph_a, state = spread_parameters(tiny_model("fire", pe={"init_threshold": 4.0}))
-    graph_b, _ = spread_parameters(tiny_model("fire"))
+# (scheme, key, the member's value, the program's): scalars of a scheme's forward
+SCHEME_SCALAR_CASES = [("fire", "init_threshold", 4.0, 512.0), ("xpos", "scale_base", 4.0, 512.0),
+                       ("xpos", "gamma", 0.05, 0.4)]
+
+
+def test_every_scheme_scalar_is_checked():
+    assert {f"model.pe.{key}" for _, key, _, _ in SCHEME_SCALAR_CASES} == set(SCHEME_SCALARS)
+
+
+@pytest.mark.parametrize(("scheme", "key", "value", "program"), SCHEME_SCALAR_CASES,
+                         ids=[f"{scheme}-{key}" for scheme, key, _, _ in SCHEME_SCALAR_CASES])
+def test_a_scheme_scalar_set_as_a_member_setting_gives_the_outputs_of_a_model_built_with_it(
+        scheme, key, value, program):
+    """FIRE's L0 and xPos's decay as traced member settings (the decay acts in the decoder)."""
+    graph_a, state = spread_parameters(tiny_model(scheme, pe={key: value}))
+    graph_b, _ = spread_parameters(tiny_model(scheme, pe={key: program}))
     source, target = random_inputs(batch=2, source_len=9, target_len=7)
-    want = forward(nnx.merge(graph_a, state), source, target, 3, 5)
-    settings = members_model_settings([{"model": {"pe": {"init_threshold": value}}}
-                                       for value in (4.0, 512.0)])
-    got = jax.jit(lambda state, base: forward(set_member_settings(
-        nnx.merge(graph_b, state), {"init_threshold": base}), source, target, 3, 5))(
-            state, jnp.float32(settings["init_threshold"][0]))
+    settings = members_model_settings([{"model": {"pe": {key: v}}} for v in (value, program)])
+    assert set(settings) == {key}
+
+    @jax.jit
+    def both(state, setting):
+        model_b = set_member_settings(nnx.merge(graph_b, state), {key: setting})
+        return (forward(nnx.merge(graph_a, state), source, target, 3, 5),
+                forward(model_b, source, target, 3, 5),
+                forward(nnx.merge(graph_b, state), source, target, 3, 5))
+
+    want, got, program_own = both(state, jnp.float32(settings[key][0]))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    assert float(jnp.max(jnp.abs(forward(nnx.merge(graph_b, state), source, target, 3, 5)
-                                 - want))) > 1e-3
+    assert float(jnp.max(jnp.abs(program_own - want))) > 1e-3
 
 
 def test_members_carry_the_settings_they_differ_in_and_only_those():
@@ -173,4 +189,4 @@ def test_members_carry_the_settings_they_differ_in_and_only_those():
     assert set(MODEL_SETTINGS) == {
         "dropout_rate", "max_wavelength", "scaling_type", "scaling_factor",
         "scaling_original_max_position", "scaling_beta_fast", "scaling_beta_slow",
-        "logit_scaling", "init_threshold"}
+        "logit_scaling", "init_threshold", "scale_base", "gamma"}
