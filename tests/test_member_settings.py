@@ -12,7 +12,12 @@ import pytest
 from flax import nnx
 from tiny_models import forward, random_inputs, spread_parameters, tiny_model
 
-from pe_research.config.stacking import INIT_ONLY_KEYS, SCHEME_SCALARS
+from pe_research.config.stacking import (
+    INIT_ONLY_KEYS,
+    SCHEME_SCALARS,
+    STACKED_AMONG,
+    STACKED_KEYS,
+)
 from pe_research.model.member_settings import (
     MODEL_SETTINGS,
     members_model_settings,
@@ -115,6 +120,14 @@ INIT_ONLY = {
     "transformer_xl": {"bias_init_std": 0.5},
     "alibi": {"logit_scaling": "ssmax", "ssmax_init": 0.9},
 }
+
+
+def test_every_stacked_key_of_the_model_is_a_member_setting_or_draws_only_the_initialisation():
+    """A key of the model that members may differ in reaches each member's model: set on it as a
+    traced setting, drawn into its own parameters, or (the randomized range) its positions."""
+    of_the_model = {key for key in (*STACKED_KEYS, *STACKED_AMONG) if key.startswith("model.")}
+    assert of_the_model == {*MODEL_SETTINGS.values(), *INIT_ONLY_KEYS,
+                            "model.pe.randomize.max_position"}
 
 
 def test_every_key_of_the_initialisation_is_checked():
