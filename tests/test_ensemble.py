@@ -59,12 +59,14 @@ def member_config(seed: int, learning_rate: float | None = None, task: str | Non
 
 
 def with_own_scalings(config) -> None:
-    """YaRN for twice the trained lengths (its frequencies and q/k scale differ from plain RoPE's)
-    and log-n logit scaling, where the program's model has neither, and lengths drawn per
+    """YaRN for twice the trained lengths (its frequencies and q/k scale differ from plain RoPE's),
+    HoPE at the trained length (only frequencies that complete a period in 9 positions rotate)
+    and log-n logit scaling, where the program's model has none of them, and lengths drawn per
     example."""
     config.model.pe.scaling.type = "yarn"
     config.model.pe.scaling.factor = 2.0
     config.model.pe.scaling.original_max_position = 9
+    config.model.pe.hope_train_length = 9
     config.model.pe.logit_scaling = "log_n_scaling"
     config.data.length_sampling = "mixed"  # and lengths drawn per example, not per batch
 
@@ -107,8 +109,8 @@ def test_members_with_their_own_optimizer_settings_bases_and_scoring_equal_indep
     result = train_ensemble(configs, members)
     assert result.compilations <= 2  # two target buckets at most (lengths 1-8, buckets 8/16)
     assert not result.diverged
-    # The last member (its rate, warm-up, schedule, decay, clipping, base, scalings and scoring
-    # differ from the program's, member 0's):
+    # The last member (its rate, warm-up, schedule, decay, clipping, base, scalings, HoPE and
+    # scoring differ from the program's, member 0's):
     # its own seed, settings and slice of the stacked state all have to line up with a run of its
     # own, in training and in its periodic evaluations.
     single = member_config(SEEDS[-1], RATES[-1], weight_decay=DECAYS[-1], clip_norm=CLIPS[-1],

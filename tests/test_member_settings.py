@@ -153,8 +153,10 @@ def test_a_key_of_the_initialisation_only_changes_the_parameters(scheme):
 
 
 # (scheme, key, the member's value, the program's): scalars of a scheme's forward
-SCHEME_SCALAR_CASES = [("fire", "init_threshold", 4.0, 512.0), ("xpos", "scale_base", 4.0, 512.0),
-                       ("xpos", "gamma", 0.05, 0.4)]
+# (scheme, key, the member's value, the program model's); HoPE's 0 turns it off, both ways round
+SCHEME_SCALAR_CASES = [("fire", "init_threshold", 4.0, 512.0), ("fire", "eps", 0.5, 1e-6),
+                       ("xpos", "scale_base", 4.0, 512.0), ("xpos", "gamma", 0.05, 0.4),
+                       ("rope", "hope_train_length", 16, 0), ("rope", "hope_train_length", 0, 16)]
 
 
 def test_every_scheme_scalar_is_checked():
@@ -162,10 +164,12 @@ def test_every_scheme_scalar_is_checked():
 
 
 @pytest.mark.parametrize(("scheme", "key", "value", "program"), SCHEME_SCALAR_CASES,
-                         ids=[f"{scheme}-{key}" for scheme, key, _, _ in SCHEME_SCALAR_CASES])
+                         ids=[f"{scheme}-{key}-{value}-in-{program}"
+                              for scheme, key, value, program in SCHEME_SCALAR_CASES])
 def test_a_scheme_scalar_set_as_a_member_setting_gives_the_outputs_of_a_model_built_with_it(
         scheme, key, value, program):
-    """FIRE's L0 and xPos's decay as traced member settings (the decay acts in the decoder)."""
+    """FIRE's L0 and eps, xPos's decay and HoPE's training length as traced member settings
+    (the decay acts in the decoder)."""
     graph_a, state = spread_parameters(tiny_model(scheme, pe={key: value}))
     graph_b, _ = spread_parameters(tiny_model(scheme, pe={key: program}))
     source, target = random_inputs(batch=2, source_len=9, target_len=7)
@@ -202,4 +206,4 @@ def test_members_carry_the_settings_they_differ_in_and_only_those():
     assert set(MODEL_SETTINGS) == {
         "dropout_rate", "max_wavelength", "scaling_type", "scaling_factor",
         "scaling_original_max_position", "scaling_beta_fast", "scaling_beta_slow",
-        "logit_scaling", "init_threshold", "scale_base", "gamma"}
+        "logit_scaling", "init_threshold", "eps", "scale_base", "gamma", "hope_train_length"}

@@ -132,3 +132,17 @@ def test_what_only_draws_the_initial_parameters_stacks_and_fires_threshold_too()
     layered = {"layers": ("fire", "none")}
     assert first_difference(fire(**layered), fire(init_threshold=64.0, **layered)) == \
         "model.pe.init_threshold"
+
+
+def test_hope_sweeps_over_training_lengths_and_fires_eps_share_a_program(tmp_path):
+    """HoPE's L follows the training length, which stacks: a sweep over both is one program
+    with plain RoPE (L 0) in it; FIRE's eps stacks like its threshold."""
+    grid = ('[{"data.train_lengths": (1, 8)}, '
+            '{"data.train_lengths": (1, 8), "model.pe.hope_train_length": 8}, '
+            '{"data.train_lengths": (1, 16), "model.pe.hope_train_length": 16}, '
+            '{"model.pe.rotary_fraction": 0.5}]')
+    plan = load_sweep(write_sweep(tmp_path / "s.py", grid=grid))
+    assert group_points(plan.points, list(range(4)), 12) == [[0, 1, 2], [3]]
+    fire = {"seed": 0, "model": {"pe": {"type": "fire", "eps": 1e-6}}}
+    assert first_difference(fire, {**fire, "model": {"pe": {"type": "fire", "eps": 0.1}}}) \
+        is None

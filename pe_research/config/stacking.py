@@ -7,15 +7,15 @@ constant or cosine decay, weight decay, clipping norm), whether the loss scores 
 (``train.predict_eos``), the model's (dropout rate, the positional scheme's wavelength base:
 ``model/member_settings.py``), the task (the vocabulary is padded to the widest member's and each
 member's loss is taken over its own tokens: ``training/ensemble.py``), its training and evaluation
-lengths and how a batch's lengths are drawn (``data.length_sampling``), the run a member starts from
-(``train.init_from``, ``train.init_checkpoint``: each member restores its own, or starts fresh), the
-W&B name, RoPE's test-time scaling (``model.pe.scaling``: none, PI, NTK-aware, YaRN, their factor),
-the logit scaling between ``none`` and ``log_n_scaling`` (``STACKED_AMONG``: ``ssmax`` has
-parameters of its own), FIRE's initial threshold and xPos's decay (``SCHEME_SCALARS``), what only
-draws the initial parameters (``INIT_ONLY_KEYS``: each member's are drawn from its own config), and
-the randomized-position range (``randomized_range``; 0: plain positions): the program draws each of
-its members' ranges from a member's keys and the member takes its own
-(``model/inputs.member_positions``).
+lengths and how a batch's lengths are drawn (``data.length_sampling``), the run a member starts
+from (``train.init_from``, ``train.init_checkpoint``: each member restores its own, or starts
+fresh), the W&B name, RoPE's test-time scaling (``model.pe.scaling``: none, PI, NTK-aware, YaRN,
+their factor), the logit scaling between ``none`` and ``log_n_scaling`` (``STACKED_AMONG``:
+``ssmax`` has parameters of its own), FIRE's initial threshold and eps, xPos's decay and HoPE's
+training length (``SCHEME_SCALARS``), what only draws the initial parameters (``INIT_ONLY_KEYS``:
+each member's are drawn from its own config), and the randomized-position range
+(``randomized_range``; 0: plain positions): the program draws each of its members' ranges from a
+member's keys and the member takes its own (``model/inputs.member_positions``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from pe_research.config.files import flat_config
 ROPE_SCALING_KEYS = tuple(f"model.pe.scaling.{field}" for field in
                           ("type", "factor", "original_max_position", "beta_fast", "beta_slow"))
 # Scalars of a scheme's forward, traced settings of the program's model (model/member_settings.py)
-SCHEME_SCALARS = ("model.pe.init_threshold", "model.pe.scale_base", "model.pe.gamma")
+SCHEME_SCALARS = ("model.pe.init_threshold", "model.pe.eps", "model.pe.scale_base",
+                  "model.pe.gamma", "model.pe.hope_train_length")
 # Read only where a model's parameters are drawn: each member draws its own from its own config.
 INIT_ONLY_KEYS = tuple(f"model.pe.{key}" for key in (
     "init_std", "init_c", "ssmax_init", "gate_init_std", "gate_bias_init", "bias_init",

@@ -14,9 +14,12 @@ sets a member's values on its model as traced scalars after merging it
   fine-tuning study compute each from their own (``positional/rope_scaling.py``);
 * ``logit_scaling`` (``model.pe.logit_scaling``): ``none`` or ``log_n_scaling``, which have the
   same parameters (``ssmax`` adds its own and does not stack: ``config/stacking.py``);
-* ``init_threshold`` (``model.pe.init_threshold``): FIRE's L0, whose learned multiple is the
-  threshold of its normalised distance;
-* ``scale_base``, ``gamma`` (``model.pe.*``): xPos's decay, B and gamma in zeta_i^((n - m) / B).
+* ``init_threshold``, ``eps`` (``model.pe.*``): FIRE's L0, whose learned multiple is the
+  threshold of its normalised distance, and the eps of that normaliser;
+* ``scale_base``, ``gamma`` (``model.pe.*``): xPos's decay, B and gamma in zeta_i^((n - m) / B);
+* ``hope_train_length`` (``model.pe.hope_train_length``): HoPE's L, below whose period RoPE's
+  frequencies stop rotating (0: HoPE off), which varies with the training lengths a sweep
+  stacks.
 
 A setting whose values are names (``CHOICES``) passes as its index in the choices.
 """
@@ -41,8 +44,9 @@ MODEL_SETTINGS = {"dropout_rate": "model.dropout_rate",
                   "scaling_beta_fast": "model.pe.scaling.beta_fast",
                   "scaling_beta_slow": "model.pe.scaling.beta_slow",
                   "logit_scaling": "model.pe.logit_scaling",
-                  "init_threshold": "model.pe.init_threshold",
-                  "scale_base": "model.pe.scale_base", "gamma": "model.pe.gamma"}
+                  "init_threshold": "model.pe.init_threshold", "eps": "model.pe.eps",
+                  "scale_base": "model.pe.scale_base", "gamma": "model.pe.gamma",
+                  "hope_train_length": "model.pe.hope_train_length"}
 # a setting named by a choice -> its choices (the traced value is the choice's index)
 CHOICES = {"model.pe.scaling.type": SCALING_TYPES, "model.pe.logit_scaling": LOGIT_SCALINGS}
 

@@ -93,8 +93,9 @@ def drop_lowest(angles: jax.Array, fraction: float) -> jax.Array:
     return jnp.where(keep, angles, 0.0)
 
 
-def hope_keeps(inverse_wavelengths: jax.Array, train_length: int) -> jax.Array:
-    """Which frequencies ``[R/2]`` HoPE keeps: those completing a period in ``train_length``."""
+def hope_keeps(inverse_wavelengths: jax.Array, train_length: int | jax.Array) -> jax.Array:
+    """Which frequencies ``[R/2]`` HoPE keeps: those completing a period in ``train_length``
+    (a Python int, or a traced scalar: a stacked member's own)."""
     return inverse_wavelengths * train_length >= 2 * math.pi
 
 
@@ -178,9 +179,13 @@ class RoPE(PositionalScheme):
         else:
             theta = scaled_inverse_wavelengths(self.rotated, self.max_wavelength, self.scaling)
             angles = jnp.asarray(positions, jnp.float32)[..., None] * theta
-        if self.hope_train_length:
+        train_length = self.hope_train_length
+        if not isinstance(train_length, int) or train_length:  # traced: a member's own
             inverse = rope_angles(jnp.ones(()), self.rotated, self.max_wavelength)
-            angles = jnp.where(hope_keeps(inverse, self.hope_train_length), angles, 0.0)
+            keeps = hope_keeps(inverse, train_length)
+            if not isinstance(train_length, int):
+                keeps = keeps | (train_length == 0)  # 0: HoPE off for this member
+            angles = jnp.where(keeps, angles, 0.0)
         return drop_lowest(angles, self.dropped) if self.dropped else angles
 
     def rotate_at(self, x_BxTxHxD: jax.Array, positions_BxT: jax.Array) -> jax.Array:
