@@ -269,8 +269,9 @@ def test_single_stack_members_equal_single_runs_and_analyze(tmp_path, capsys):
 
 def test_members_reading_the_tasks_position_ids_equal_single_runs(tmp_path):
     """Position coupling with an Abacus table on addition: both draw their training offsets from
-    the member's own keys, and the batch's position IDs are stacked with its tokens."""
-    def config(seed):
+    the member's own keys (the Abacus offset up to the member's own largest k, 4 where the
+    program's model has 9), and the batch's position IDs are stacked with its tokens."""
+    def config(seed, max_k):
         member = load_config(DEFAULT_CONFIG, [
             *OVERRIDES, "--config.task.name=addition", "--config.task.reversed=True",
             "--config.task.operand_lengths=per_pair", "--config.task.zero_pad=False",
@@ -280,12 +281,12 @@ def test_members_reading_the_tasks_position_ids_equal_single_runs(tmp_path):
             "--config.model.pe.type=position_coupling", "--config.model.pe.max_position=24",
             "--config.model.pe.randomize.max_position=0",
             "--config.model.pe.abacus=True", "--config.model.pe.abacus_table_size=32",
-            "--config.model.pe.abacus_max_k=9"])
+            f"--config.model.pe.abacus_max_k={max_k}"])
         member.seed = seed
         return member
 
     members = [tmp_path / "seed_0", tmp_path / "seed_1"]
-    result = train_ensemble([config(0), config(1)], members)
+    result = train_ensemble([config(0, 9), config(1, 4)], members)
     assert not result.diverged
-    train(config(1), tmp_path / "single")
+    train(config(1, 4), tmp_path / "single")
     assert_same_run(members[1], tmp_path / "single")

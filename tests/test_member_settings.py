@@ -206,4 +206,5 @@ def test_members_carry_the_settings_they_differ_in_and_only_those():
     assert set(MODEL_SETTINGS) == {
         "dropout_rate", "max_wavelength", "scaling_type", "scaling_factor",
         "scaling_original_max_position", "scaling_beta_fast", "scaling_beta_slow",
-        "logit_scaling", "init_threshold", "eps", "scale_base", "gamma", "hope_train_length"}
+        "logit_scaling", "init_threshold", "eps", "scale_base", "gamma", "hope_train_length",
+        "abacus_max_k"}

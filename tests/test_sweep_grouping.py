@@ -134,9 +134,11 @@ def test_what_only_draws_the_initial_parameters_stacks_and_fires_threshold_too()
         "model.pe.init_threshold"
 
 
-def test_hope_sweeps_over_training_lengths_and_fires_eps_share_a_program(tmp_path):
+def test_hope_sweeps_over_training_lengths_fires_eps_and_abacus_offsets_share_a_program(
+        tmp_path):
     """HoPE's L follows the training length, which stacks: a sweep over both is one program
-    with plain RoPE (L 0) in it; FIRE's eps stacks like its threshold."""
+    with plain RoPE (L 0) in it; FIRE's eps stacks like its threshold, and Abacus's largest
+    training offset like the randomized range."""
     grid = ('[{"data.train_lengths": (1, 8)}, '
             '{"data.train_lengths": (1, 8), "model.pe.hope_train_length": 8}, '
             '{"data.train_lengths": (1, 16), "model.pe.hope_train_length": 16}, '
@@ -146,3 +148,9 @@ def test_hope_sweeps_over_training_lengths_and_fires_eps_share_a_program(tmp_pat
     fire = {"seed": 0, "model": {"pe": {"type": "fire", "eps": 1e-6}}}
     assert first_difference(fire, {**fire, "model": {"pe": {"type": "fire", "eps": 0.1}}}) \
         is None
+    abacus = {"seed": 0, "model": {"pe": {"type": "none", "abacus": True, "abacus_max_k": 9}}}
+    assert first_difference(abacus, {**abacus, "model": {"pe": {**abacus["model"]["pe"],
+                                                                "abacus_max_k": 99}}}) is None
+    assert first_difference(abacus, {**abacus, "model": {"pe": {**abacus["model"]["pe"],
+                                                                "abacus_table_size": 64}}}) \
+        == "model.pe.abacus_table_size"

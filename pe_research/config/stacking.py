@@ -15,7 +15,8 @@ their factor), the logit scaling between ``none`` and ``log_n_scaling`` (``STACK
 training length (``SCHEME_SCALARS``), what only draws the initial parameters (``INIT_ONLY_KEYS``:
 each member's are drawn from its own config), and the randomized-position range
 (``randomized_range``; 0: plain positions): the program draws each of its members' ranges from a
-member's keys and the member takes its own (``model/inputs.member_positions``).
+member's keys and the member takes its own (``model/inputs.member_positions``); and the largest
+offset training adds to Abacus IDs (``model.pe.abacus_max_k``, traced).
 """
 
 from __future__ import annotations
@@ -38,9 +39,9 @@ INIT_ONLY_KEYS = tuple(f"model.pe.{key}" for key in (
 STACKED_KEYS = ("seed", "train.learning_rate", "train.warmup_steps", "train.schedule",
                 "train.weight_decay", "train.clip_norm", "train.predict_eos", "data.train_lengths",
                 "data.eval_samples", "train.eval_lengths", "eval.lengths", "wandb.name",
-                "wandb.tags", "model.pe.randomize.max_position", "model.dropout_rate",
-                "model.pe.max_wavelength", *ROPE_SCALING_KEYS, *SCHEME_SCALARS,
-                *INIT_ONLY_KEYS, "data.length_sampling", "train.init_from",
+                "wandb.tags", "model.pe.randomize.max_position", "model.pe.abacus_max_k",
+                "model.dropout_rate", "model.pe.max_wavelength", *ROPE_SCALING_KEYS,
+                *SCHEME_SCALARS, *INIT_ONLY_KEYS, "data.length_sampling", "train.init_from",
                 "train.init_checkpoint")
 STACKED_PREFIXES = ("task.",)
 # key -> the values among which it stacks (a member with another value keeps its program)

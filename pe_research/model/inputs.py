@@ -80,14 +80,15 @@ def task_positions(pe: Mapping[str, Any], batch: Batch, kind: str, key: jax.Arra
     return joint[:, :source.shape[1]], joint[:, source.shape[1]:]
 
 
-def abacus_inputs(pe: Mapping[str, Any], batch: Batch, key: jax.Array,
-                  training: bool) -> tuple[jax.Array, jax.Array] | None:
+def abacus_inputs(pe: Mapping[str, Any], batch: Batch, key: jax.Array, training: bool,
+                  max_k: jax.Array | None = None) -> tuple[jax.Array, jax.Array] | None:
     """The Abacus IDs of the source ``[B, S]`` and of the target's input slots ``[B, T]``, with
-    the training offset; None when the model has no Abacus table."""
+    the training offset (up to ``max_k``, traced, where a stacked member has its own); None
+    when the model has no Abacus table."""
     if not uses_abacus(pe):
         return None
-    return (offset_ids(pe, batch["source_abacus"], key, training),
-            offset_ids(pe, batch["target_abacus"], key, training))
+    return (offset_ids(pe, batch["source_abacus"], key, training, max_k),
+            offset_ids(pe, batch["target_abacus"], key, training, max_k))
 
 
 def with_range(pe: Mapping[str, Any], max_position: int) -> dict[str, Any]:
@@ -131,7 +132,8 @@ def forward(model: TokenModel, batch: Batch, key: jax.Array, training: bool,
     return model(batch["source"], batch["target_input"], source_positions, target_positions,
                  batch["source_mask"], batch["target_mask"],
                  dropout_key=dropout_key if use_dropout else None,
-                 abacus_ids=abacus_inputs(model.config.pe, batch, position_key, training))
+                 abacus_ids=abacus_inputs(model.config.pe, batch, position_key, training,
+                                          (settings or {}).get("abacus_max_k")))
 
 
 def scored_mask(batch: Batch, predict_eos: bool | jax.Array = True) -> jax.Array:

@@ -1,7 +1,7 @@
 """The model's scalars each member of a stacked program may have its own of.
 
-They are plain attributes of the model's modules, read when the model is called, so a program
-sets a member's values on its model as traced scalars after merging it
+They are plain attributes of the model's modules (but one), read when the model is called, so a
+program sets a member's values on its model as traced scalars after merging it
 (``set_member_settings``) and members that differ only in them share one compiled program:
 
 * ``dropout_rate`` (``model.dropout_rate``): every layer's and the embedding's dropout;
@@ -19,7 +19,10 @@ sets a member's values on its model as traced scalars after merging it
 * ``scale_base``, ``gamma`` (``model.pe.*``): xPos's decay, B and gamma in zeta_i^((n - m) / B);
 * ``hope_train_length`` (``model.pe.hope_train_length``): HoPE's L, below whose period RoPE's
   frequencies stop rotating (0: HoPE off), which varies with the training lengths a sweep
-  stacks.
+  stacks;
+* ``abacus_max_k`` (``model.pe.abacus_max_k``): the largest offset training adds to Abacus IDs,
+  the one setting that is no module's attribute: it is read where a training batch's IDs are
+  offset (``model/inputs.forward``).
 
 A setting whose values are names (``CHOICES``) passes as its index in the choices.
 """
@@ -46,7 +49,8 @@ MODEL_SETTINGS = {"dropout_rate": "model.dropout_rate",
                   "logit_scaling": "model.pe.logit_scaling",
                   "init_threshold": "model.pe.init_threshold", "eps": "model.pe.eps",
                   "scale_base": "model.pe.scale_base", "gamma": "model.pe.gamma",
-                  "hope_train_length": "model.pe.hope_train_length"}
+                  "hope_train_length": "model.pe.hope_train_length",
+                  "abacus_max_k": "model.pe.abacus_max_k"}
 # a setting named by a choice -> its choices (the traced value is the choice's index)
 CHOICES = {"model.pe.scaling.type": SCALING_TYPES, "model.pe.logit_scaling": LOGIT_SCALINGS}
 

@@ -55,15 +55,19 @@ def check_abacus_ids(pe: Mapping[str, Any], largest_id: int, where: str) -> None
                           f"need {needed} rows; set model.pe.abacus_table_size >= {needed}")
 
 
-def offset_ids(pe: Mapping[str, Any], ids: jax.Array, key: jax.Array,
-               training: bool) -> jax.Array:
+def offset_ids(pe: Mapping[str, Any], ids: jax.Array, key: jax.Array, training: bool,
+               max_k: jax.Array | None = None) -> jax.Array:
     """``ids`` with one k uniform in [0, abacus_max_k] added to every non-zero ID (training;
-    ``key`` a key, or one per row whose first is used: one k per batch), as they are at test."""
+    ``key`` a key, or one per row whose first is used: one k per batch), as they are at test.
+    ``max_k`` (traced: a stacked member's own) replaces ``pe``'s."""
     if not training:
         return ids
     key = key if not key.shape else key[0]
-    k = jax.random.randint(jax.random.fold_in(key, ABACUS_KEY_TAG), (), 0,
-                           int(pe.get("abacus_max_k", ABACUS_DEFAULTS["abacus_max_k"])) + 1)
+    if max_k is None:
+        max_k = int(pe.get("abacus_max_k", ABACUS_DEFAULTS["abacus_max_k"]))
+    else:  # the same draw as from the Python int: randint's bound is an int32 either way
+        max_k = jnp.asarray(max_k).astype(jnp.int32)
+    k = jax.random.randint(jax.random.fold_in(key, ABACUS_KEY_TAG), (), 0, max_k + 1)
     return jnp.where(ids > 0, ids + k, 0)
 
 
