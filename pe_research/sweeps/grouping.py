@@ -1,13 +1,10 @@
 """Grid points into programs: points whose members can train stacked share one job.
 
 Two grid points go into one program when their members' configs differ only in what
-``config/stacking.py`` lets members of a program differ in (seed, the optimizer's scalars with the
-warm-up and schedule, end-token scoring, dropout rate, wavelength base, RoPE scaling, logit scaling
-between none and log n, task and its lengths and their sampling, the run a member starts from,
-randomized-position range), so the program's parameter shapes are one; a program holds at most
-``members_per_program`` members. ``auto`` takes the cap measured for the device the jobs run on
-(``MEMBERS_PER_PROGRAM``, measured by benchmarks/sweep_throughput.py); ``point`` (the default) keeps
-one program per grid point.
+``config/stacking.py`` lets members of a program differ in (its docstring names every kind), so
+the program's parameter shapes are one; a program holds at most ``members_per_program`` members.
+``auto`` takes the cap measured for the device the jobs run on (``MEMBERS_PER_PROGRAM``, measured
+by benchmarks/sweep_throughput.py); ``point`` (the default) keeps one program per grid point.
 """
 
 from __future__ import annotations
