@@ -9,19 +9,15 @@ each member draws its own length and all are padded to the largest member's buck
 masked, so a member's numbers do not change; dropout masks do depend on the padded width, so
 with dropout a member matches its single run in distribution, not bit for bit).
 
-Members may differ in what ``config/stacking.py`` lists: seed, peak learning rate, warm-up steps,
-schedule, weight decay and clipping norm (traced scalars of the update), whether the loss scores the
-end token, the dropout rate and the positional scheme's scalars (wavelength base, RoPE's and the
-logit scaling, FIRE's threshold and eps, xPos's decay, HoPE's training length: traced, set on the
-program's model, ``model/member_settings.py``), keys that only draw the initial parameters (each
-member's are its own), the task with its lengths and their sampling, the run a member starts from
-(each restores its own source, or none), the randomized-position range (0: plain positions) and the
-largest offset training adds to Abacus IDs. Tasks of different vocabularies share the program of the
-widest one: each member's state is padded to it and its loss taken over its own tokens
-(``model/padded_vocab.py``), so it still trains as its single run does (to rounding) and saves its
-own shapes. The program draws every member range's positions from the member's keys and each member
-takes those of its own range (``inputs.member_positions``), so members of other ranges, or on plain
-positions, train as their single runs too.
+Members may differ in what ``config/stacking.py`` lets them (its docstring names every kind). The
+model's scalars are traced settings set on the program's model (``model/member_settings.py``), the
+update's are traced scalars of the optimizer, keys that only draw the initial parameters give each
+member its own, and each member restores its own source run, or none. Tasks of different
+vocabularies share the program of the widest one: each member's state is padded to it and its loss
+taken over its own tokens (``model/padded_vocab.py``), so it still trains as its single run does (to
+rounding) and saves its own shapes. The program draws every member range's positions from the
+member's keys and each member takes those of its own range (``inputs.member_positions``), so members
+of other ranges, or on plain positions, train as their single runs too.
 
 A member that diverges is stopped and reported; the others go on. One process only: a grid is
 spread over hosts by the sweep's SLURM executor, one ensemble per job.
