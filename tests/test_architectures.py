@@ -136,20 +136,36 @@ def test_padding_does_not_change_real_outputs(architecture, scheme):
 
 @pytest.mark.parametrize("scheme", SCHEMES_TO_CHECK)
 def test_cached_decoding_equals_naive_decoding(scheme):
-    model = single_stack("decoder_only", scheme, seed=1)
+    graph, state = nnx.split(single_stack("decoder_only", scheme, seed=1))
     batch = ragged_batch()
-    positions = batch_positions(model.config.pe, batch, jax.random.key(0), False, "decoder_only")
-    args = (model, batch["source"], positions[0], batch["source_mask"], positions[1])
-    for eos in (-1, 7):  # decode every step; stop at a token the model emits
-        cached = greedy_decode(*args, eos_id=eos)
-        np.testing.assert_array_equal(cached, naive_greedy_decode(*args, eos_id=eos))
-        # In segments of growing cache width (decoding.cache_widths does so from 256 on).
-        np.testing.assert_array_equal(greedy_decode(*args, eos_id=eos, widths=(2, 3, 6)), cached)
-    # Greedy tokens are the argmax of teacher forcing on themselves.
-    cached = greedy_decode(*args, eos_id=-1)
-    forced = dict(batch, target_input=jnp.concatenate(
-        [jnp.full((2, 1), BOS_ID), cached[:, :-1]], 1), target_mask=jnp.ones((2, 6), bool))
-    np.testing.assert_array_equal(jnp.argmax(logits_of(model, forced), -1), cached)
+    positions = batch_positions(nnx.merge(graph, state).config.pe, batch, jax.random.key(0),
+                                False, "decoder_only")
+
+    @jax.jit  # one program: op by op, each decoding loop compiled on its own
+    def decodings(state):
+        model = nnx.merge(graph, state)
+        args = (model, batch["source"], positions[0], batch["source_mask"], positions[1])
+
+        def cached_naive_and_in_segments(eos):
+            # Segments of growing cache width: decoding.cache_widths does so from 256 on.
+            return (greedy_decode(*args, eos_id=eos), naive_greedy_decode(*args, eos_id=eos),
+                    greedy_decode(*args, eos_id=eos, widths=(2, 3, 6)))
+
+        # Decode every step, then stop at the token the first row emits third.
+        every_step = cached_naive_and_in_segments(-1)
+        decoded = [every_step, cached_naive_and_in_segments(every_step[0][0, 2])]
+        # Greedy tokens are the argmax of teacher forcing on themselves.
+        forced = dict(batch, target_input=jnp.concatenate(
+            [jnp.full((2, 1), BOS_ID), decoded[0][0][:, :-1]], 1),
+            target_mask=jnp.ones((2, 6), bool))
+        return decoded, jnp.argmax(logits_of(model, forced), -1)
+
+    decoded, forced_argmax = decodings(state)
+    for cached, naive, segmented in decoded:
+        np.testing.assert_array_equal(cached, naive)
+        np.testing.assert_array_equal(segmented, cached)
+    np.testing.assert_array_equal(forced_argmax, decoded[0][0])
+    assert not np.array_equal(decoded[1][0], decoded[0][0])  # the first row stopped early
 
 
 def test_encoder_only_decoding_reads_every_slot_at_once():
