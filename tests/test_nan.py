@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import tiny_overrides, train_here
@@ -11,6 +12,27 @@ from flax import nnx
 from pe_research.runs.restore import load_run
 from pe_research.runs.run_dir import RunDir
 from pe_research.runs.tracking import read_metrics
+from pe_research.training.step_loop import all_finite
+
+
+def test_a_non_finite_value_in_any_float_leaf_is_seen_and_integer_leaves_are_not_read():
+    """``all_finite`` (and its vmap over stacked members, as the ensemble calls it) is False
+    for a NaN or infinity in any one floating-point leaf; a step counter never counts."""
+    tree = {"a": jnp.ones((2, 3)), "b": [jnp.zeros(4, jnp.bfloat16), jnp.ones(())],
+            "count": jnp.asarray(7, jnp.int32)}
+    assert bool(all_finite(tree))
+    leaves, treedef = jax.tree.flatten(tree)
+    for index, leaf in enumerate(leaves):
+        if not jnp.issubdtype(leaf.dtype, jnp.inexact):
+            continue
+        for bad in (jnp.nan, jnp.inf, -jnp.inf):
+            broken = list(leaves)
+            broken[index] = leaf.reshape(-1).at[-1].set(bad).reshape(leaf.shape)
+            assert not bool(all_finite(jax.tree.unflatten(treedef, broken))), (index, bad)
+            # Three stacked members, only the middle one broken.
+            stacked = [jnp.stack([a, b, a]) for a, b in zip(leaves, broken, strict=True)]
+            per_member = jax.vmap(all_finite)(jax.tree.unflatten(treedef, stacked))
+            np.testing.assert_array_equal(per_member, [True, False, True])
 
 
 @pytest.mark.slow

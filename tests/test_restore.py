@@ -58,6 +58,24 @@ def test_load_run_falls_back_for_latest_and_refuses_an_explicit_step(corrupt_run
                   if p.name.isdigit()) == ["20", "40"]  # a reader never moves or deletes
 
 
+def test_latest_falls_back_past_every_unreadable_step(trained_run_dir, tmp_path, capsys):
+    """Steps 40 and 30 unreadable (30 a copy of 20's files): 'latest' goes on to step 20, the
+    newest readable one, with one line for each step it skipped."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(trained_run_dir, run_dir)
+    checkpoints = RunDir(run_dir).checkpoints
+    shutil.copytree(checkpoints / "20", checkpoints / "30")
+    for step in ("30", "40"):
+        victims = list((checkpoints / step / "params").glob("d/*"))
+        assert victims
+        for victim in victims:
+            victim.unlink()
+    assert load_run(run_dir, "latest").step == 20
+    lines = [line for line in capsys.readouterr().err.splitlines() if "checkpoint" in line]
+    assert [re.search(r"step (\d+) in .* using step (\d+)", line).groups() for line in lines] == [
+        ("40", "20"), ("30", "20")], lines
+
+
 def test_eval_and_analyze_fall_back_to_the_previous_step(corrupt_run, capsys, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "disabled")
     assert main(["eval", str(corrupt_run), "--step", "latest", "--lengths", "4,8"]) == 0
