@@ -1,4 +1,5 @@
-"""Orbax wrapper: round trip, latest-K + best retention, corrupt steps skipped, restore target."""
+"""Orbax wrapper: round trip, latest-K + best retention and the order a restore tries steps in,
+corrupt steps skipped, restore target."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from pe_research.core.errors import ConfigError
 from pe_research.runs.checkpoint import CORRUPT_DIR, Checkpointer, abstract_like
+from pe_research.runs.restore import candidate_steps
 
 
 def _state(scale: float):
@@ -52,6 +54,10 @@ def test_keeps_latest_k_and_the_best(tmp_path):
     checkpointer.wait()
     assert checkpointer.steps() == [2, 4, 5]
     assert checkpointer.best_step() == 2
+    # What a restore tries, in order: the step asked for, then the others newest first.
+    assert candidate_steps(checkpointer, "best") == [2, 5, 4]
+    assert candidate_steps(checkpointer, "latest") == [5, 4, 2]
+    assert candidate_steps(checkpointer, "4") == [4]
     checkpointer.close()
 
 
