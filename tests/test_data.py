@@ -75,6 +75,14 @@ def test_per_batch_sampling_is_one_uniform_length_per_batch(reverse):
     assert counts.sum() == 400 and counts.min() > 70  # each of 4 lengths ~100 times
 
 
+def test_mixed_sampling_draws_each_length_of_the_range_uniformly(reverse):
+    lengths = np.concatenate([data.train_batch(reverse, data_cfg(
+        batch_size=64, length_sampling="mixed", train_lengths=(3, 6)), 0, step)["lengths"]
+        for step in range(8)])
+    assert set(lengths.tolist()) == {3, 4, 5, 6}  # both ends of the range included
+    assert np.bincount(lengths)[3:].min() > 90  # each of 4 lengths ~128 times in 512
+
+
 def test_mixed_sampling_pads_to_one_bucket(reverse):
     batch = data.train_batch(reverse, data_cfg(batch_size=64, length_sampling="mixed",
                                                train_lengths=(1, 20)), 0, 3)
