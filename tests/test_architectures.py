@@ -136,10 +136,10 @@ def test_padding_does_not_change_real_outputs(architecture, scheme):
 
 @pytest.mark.parametrize("scheme", SCHEMES_TO_CHECK)
 def test_cached_decoding_equals_naive_decoding(scheme):
-    graph, state = nnx.split(single_stack("decoder_only", scheme, seed=1))
+    model = single_stack("decoder_only", scheme, seed=1)
     batch = ragged_batch()
-    positions = batch_positions(nnx.merge(graph, state).config.pe, batch, jax.random.key(0),
-                                False, "decoder_only")
+    positions = batch_positions(model.config.pe, batch, jax.random.key(0), False, "decoder_only")
+    graph, state = nnx.split(model)
 
     @jax.jit  # one program: op by op, each decoding loop compiled on its own
     def decodings(state):
