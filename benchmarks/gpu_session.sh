@@ -2,23 +2,26 @@
 # The accelerator checks of a short GPU lease, prepared here so that the lease goes to measuring.
 #
 #   bash benchmarks/gpu_session.sh wheels   # here, once: .whl/ gets what a bare GPU image lacks
-#   bash benchmarks/gpu_session.sh speed    # there, .whl carried: at most 5 min 20 s
+#   bash benchmarks/gpu_session.sh speed    # there, .whl carried: at most 5 min 50 s
 #   bash benchmarks/gpu_session.sh pilot    # there, .whl carried: at most 5 minutes
 #
 # speed, each benchmark under its own time limit, each table saved as soon as it is done:
-#   the sweep throughput of configs/sweeps/randomized_pe_table.py at its own shape and the
-#   projected device-hours of the whole table (training, and evaluation as the report runs it:
-#   the grid points that share a model, up to 32 runs a program), twice: its first program
-#   (members of its first tasks, as the sweep stacks them; 1, 8, 32, 128 members, a count the
-#   device cannot hold skipped after its compile, with its memory in the row) and, as if every
-#   program cost as much, its costliest (duplicate_string, the longest sequences, on
-#   Transformer-XL; 30 members)
-#   (THROUGHPUT_S each); the `large` shape's train step in bfloat16 with cuDNN attention (its
-#   MFU), and 1 against 32 ensemble members (SPEED_S each).
+#   first_program: the sweep throughput of configs/sweeps/randomized_pe_table.py at its own
+#   shape, members of its first tasks as the sweep stacks them (THROUGHPUT_MEMBERS, default 1, 8,
+#   32, 128; a count the device cannot hold skipped after its compile, with its memory in the
+#   row), the projected device-hours of the whole table's training, then its evaluation as the
+#   report runs it (the grid points that share a model, up to 32 runs a program) and the total
+#   (THROUGHPUT_S); large: the `large` shape's train step in bfloat16 with cuDNN attention (its
+#   MFU); ensemble: 1 against 32 ensemble members (SPEED_S each). SPEED_PARTS picks parts, in
+#   order (default: first_program large ensemble); costliest_program, the table's program as if
+#   every one cost what its costliest does (duplicate_string, the longest sequences, on
+#   Transformer-XL; 30 members; THROUGHPUT_S), runs only when named.
 # pilot: configs/sweeps/randomized_pe_pilot.py, one cell of that table (plain and randomized,
 #   3 seeds, one program) for PILOT_STEPS of the table's 100,000 steps, evaluated at every
-#   length 1-500, then its table in the paper's metric (PILOT_S in all). The speed stage's
-#   model-steps/s at 8 members sizes PILOT_STEPS to the time left.
+#   length 1-500, then its table in the paper's metric (PILOT_S in all). On an H200 its 6
+#   members trained about 80 steps/s (4,000 steps in 2 min 26 s, the compile and an evaluation
+#   at lengths 100 and 500 included); the report's evaluation at 500 lengths took longer than
+#   the 70 s left it, so give PILOT_S about 3 minutes beyond the training's.
 # OUT (default runs/gpu_session) gets speed_*.tgz (tables, logs, the device's name),
 # pilot.tgz.part* (the pilot's run directories without their frozen eval sets, in pieces of
 # 15 MiB) and session.log. EXTRA_PILOT adds config overrides to the pilot (a CPU trial at a
@@ -37,6 +40,14 @@ if [ "$STAGE" != speed ] && [ "$STAGE" != pilot ]; then
   echo "usage: bash benchmarks/gpu_session.sh wheels|speed|pilot (see its first lines)" >&2
   exit 2
 fi
+ALL_PARTS="first_program costliest_program large ensemble"
+SPEED_PARTS=${SPEED_PARTS:-first_program large ensemble}
+for part in $SPEED_PARTS; do
+  if [[ " $ALL_PARTS " != *" $part "* ]]; then
+    echo "SPEED_PARTS: no part '$part'; choose from: $ALL_PARTS" >&2
+    exit 2
+  fi
+done
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
@@ -46,7 +57,8 @@ fi
 OUT=${OUT:-runs/gpu_session}
 PYTHON=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
 PILOT_STEPS=${PILOT_STEPS:-10000}
-THROUGHPUT_S=${THROUGHPUT_S:-100} SPEED_S=${SPEED_S:-50} PILOT_S=${PILOT_S:-300}
+THROUGHPUT_S=${THROUGHPUT_S:-220} SPEED_S=${SPEED_S:-60} PILOT_S=${PILOT_S:-300}
+THROUGHPUT_MEMBERS=${THROUGHPUT_MEMBERS:-1,8,32,128}
 WORK=${WORK:-/tmp/gpu_session}  # kept between calls to a warm machine
 export PYTHON PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$OUT"
@@ -58,11 +70,18 @@ if [ "$STAGE" = speed ]; then
     LIMIT_S=$2 OUT_DIR="$WORK/speed/$1" BUNDLE="$OUT/speed_$1.tgz" \
       bash benchmarks/run_all.sh "${@:3}"
   }
-  bench first_program "$THROUGHPUT_S" "sweep_throughput --stack points" || failed=1
-  bench costliest_program "$THROUGHPUT_S" "sweep_throughput --members 30 \
---point task.name=duplicate_string,pe.type=transformer_xl,max_position=2048" || failed=1
-  bench steps "$SPEED_S" "train_speed --shapes large --dtypes bfloat16 --implementations cudnn \
---steps-per-call 1" "ensemble_speed --members 1,32 --steps-per-call 10" || failed=1
+  for part in $SPEED_PARTS; do
+    case "$part" in
+      first_program) bench first_program "$THROUGHPUT_S" \
+        "sweep_throughput --stack points --members $THROUGHPUT_MEMBERS" || failed=1 ;;
+      costliest_program) bench costliest_program "$THROUGHPUT_S" "sweep_throughput --members 30 \
+--point task.name=duplicate_string,pe.type=transformer_xl,max_position=2048" || failed=1 ;;
+      large) bench large "$SPEED_S" "train_speed --shapes large --dtypes bfloat16 \
+--implementations cudnn --steps-per-call 1" || failed=1 ;;
+      ensemble) bench ensemble "$SPEED_S" "ensemble_speed --members 1,32 --steps-per-call 10" \
+        || failed=1 ;;
+    esac
+  done
   exit $failed
 fi
 

@@ -153,6 +153,35 @@ def timed(call: Callable, state: Any, inputs: Sequence[Any], steps: int, blocks:
     return compile_s, statistics.median(per_step)
 
 
+def timed_loop(call: Callable, state: Any, inputs: Sequence[Any], draw: Callable[[int], Any],
+               steps: int, blocks: int = 3, per_call: int = 1) -> float:
+    """Median seconds per step over ``blocks`` blocks of about ``steps`` steps, run as the
+    training loop runs them: each call's ``per_call`` batches drawn on the host (``draw(step)``)
+    before it is dispatched, the previous call's metrics read after, so the host's drawing
+    overlaps the device's step. The drawn batches are not fed: each call runs on ``inputs[i]``,
+    the shape its program was compiled for (``timed``'s arguments)."""
+    def run_calls(state: Any, first: int, calls: int) -> Any:
+        pending = None
+        for i in range(first, first + calls):
+            for step in range(i * per_call, (i + 1) * per_call):
+                draw(step)
+            state, metrics = call(state, inputs[i % len(inputs)], i)
+            if pending is not None:
+                jax.device_get(pending)
+            pending = metrics
+        jax.device_get(pending)
+        return state
+
+    state = run_calls(state, 0, max(1, 2 // per_call))  # warm-up, as ``timed``'s
+    calls = max(1, steps // per_call)
+    per_step = []
+    for block in range(blocks):
+        start = time.perf_counter()
+        state = run_calls(state, block * calls, calls)
+        per_step.append((time.perf_counter() - start) / (calls * per_call))
+    return statistics.median(per_step)
+
+
 def as_called(step: Any, program: Callable | None = None) -> Callable:
     """``(state, batches, first_step) -> (state, metrics)``: ``step``'s program (or a compiled
     form of it) called as the ``CompiledStep`` calls it, with the run's keys as arguments."""
@@ -165,6 +194,20 @@ def groups(batches: Sequence[Any], per_call: int) -> list[list[Any]]:
     """What each call takes: consecutive lists of ``per_call`` batches."""
     return [list(batches[i:i + per_call]) for i in range(0, len(batches) - per_call + 1,
                                                          per_call)]
+
+
+def widest_calls(inputs: Sequence[list[dict]]) -> list[list[dict]]:
+    """The calls of ``inputs`` whose batches have the widest shapes among them.
+
+    Training compiles one program per length bucket; timing one (a GPU compile takes seconds)
+    at the widest is what a program of many members nearly always pads to, and bounds a single
+    run's step, whose batches are often narrower, from above."""
+    def shapes(call: list[dict]) -> tuple:
+        return tuple(leaf.shape for leaf in jax.tree.leaves(call))
+
+    widest = shapes(max(inputs, key=lambda call: sum(leaf.size
+                                                     for leaf in jax.tree.leaves(call))))
+    return [call for call in inputs if shapes(call) == widest]
 
 
 @dataclasses.dataclass
@@ -235,6 +278,7 @@ def lower_train_step(config, batch_count: int = 4, per_call: int = 1, members: i
     batch_count = max(batch_count, 2 * per_call)
     steps, batches = (ensemble_train_state(config, members, batch_count) if members
                       else train_state(config, batch_count))
+    batches = [batch for call in widest_calls(groups(batches, per_call)) for batch in call]
     start = time.perf_counter()
     lowered = steps.train.lower(batches[:per_call])
     return steps, lowered, batches, time.perf_counter() - start

@@ -7,25 +7,27 @@
     python benchmarks/sweep_throughput.py FILE --stack points   # members of several tasks
 
 For one grid point of a sweep file (the first, or ``--point``): the ensemble train step at each
-member count M, timed over ``--steps`` steps after warm-up, and the host's time to draw the M
-members' batches for a step; model-steps/s is M over their sum, as the training loop runs them
-one after the other. A count whose compiled step needs more memory than the device has is
-skipped (both sizes in its row), and so is every larger one; the projection uses the counts that
-fit. Then the evaluation at the point's eval lengths, compilation included, of one member and of
-the first program the sweep's report evaluates (the point's members and those of the grid points
-that share its model, up to this device's members per program: ``sweeps/report.py``; an
-untrained model decodes to the longest length, so this bounds a trained model's time from
-above). Members differ in seed (``--stack seeds``: one grid point's
-members, as ``pe-research sweep`` stacks them by default), or are drawn in turn from every grid
-point that stacks with the measured one (``--stack points``: tasks of several vocabularies, as
+member count M, timed over ``--steps`` steps after warm-up at the widest shape its batches are
+padded to; the host's time to draw the M members' batches for a step; and both as the training loop
+runs them (each step's batches drawn while the previous step runs, its metrics read one step late):
+model-steps/s is M over that loop's time per step. A count whose compiled step needs more memory
+than the device has is skipped (both sizes in its row), and so is every larger one; the projection
+uses the counts that fit. The training projection is printed before the evaluation is timed, so a
+run cut at a time limit keeps it. Then the evaluation at the point's eval lengths, compilation
+included, of one member and of the first program the sweep's report evaluates (the point's members
+and those of the grid points that share its model, up to this device's members per program:
+``sweeps/report.py``; an untrained model decodes to the longest length, so this bounds a trained
+model's time from above). Members differ in seed (``--stack seeds``: one grid point's members, as
+``pe-research sweep`` stacks them by default), or are drawn in turn from every grid point that
+stacks with the measured one (``--stack points``: tasks of several vocabularies, as
 ``--members-per-program`` stacks them).
 
 Projected for the whole sweep on this device, taking every grid point to cost what the measured
 one does, training (``train.steps`` per run) and evaluation (one program per run: runs x one
-member's; grouped: the report's evaluation programs x the first one's). Training
-counts the step and its batches: evaluations during training, checkpoints and each length
-bucket's compile come on top, so the projection is a lower bound
-(benchmarks/RESULTS.md compares one with a sweep's measured time):
+member's; grouped: the report's evaluation programs x the first one's). Training counts the step
+and its batches as the loop runs them: evaluations during training, checkpoints and each length
+bucket's compile come on top, so the projection is a lower bound (benchmarks/RESULTS.md compares
+one with a sweep's measured time):
 
 - one program per run (M = 1);
 - as ``pe-research sweep`` groups runs: one program per grid point, of its members;
@@ -47,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 from step_timing import (
     as_called,
@@ -56,6 +59,8 @@ from step_timing import (
     memory_gb,
     run,
     timed,
+    timed_loop,
+    widest_calls,
 )
 
 from pe_research import data
@@ -67,7 +72,7 @@ from pe_research.evaluation.members_eval import evaluate_members, members_key
 from pe_research.evaluation.range_eval import default_lengths
 from pe_research.model import build_model
 from pe_research.runs.restore import LoadedRun
-from pe_research.runtime import data_mesh, replicated
+from pe_research.runtime import data_mesh, ensemble_mesh, member_batch_sharded, replicated
 from pe_research.sweeps.grouping import group_points, members_cap
 from pe_research.sweeps.report import evaluation_programs
 from pe_research.sweeps.spec import Point, SweepPlan, load_sweep
@@ -118,22 +123,34 @@ def member_configs(plan: SweepPlan, point: Point, members: int, stack: str) -> l
     return configs
 
 
-def step_seconds(configs: Sequence[Any], steps: int) -> tuple[float, float, float | None]:
-    """(compile seconds, median seconds per step, the compiled step's memory in GiB) of the
-    members ``configs`` stacked; a MemoryError (``skipped: ...``) before it runs when the step
-    needs more than the device has."""
-    per_call = min(steps_per_call(c, get_task(c.task.to_dict(), c.data.to_dict()))
-                   for c in configs)
+def step_seconds(configs: Sequence[Any],
+                 steps: int) -> tuple[float, float, float, float | None]:
+    """(compile seconds, median seconds per step, the same as the training loop runs it with
+    each step's batches drawn, the compiled step's memory in GiB) of the members ``configs``
+    stacked, at the widest shape their batches are padded to; a MemoryError (``skipped: ...``)
+    before it runs when the step needs more than the device has."""
+    tasks = [get_task(c.task.to_dict(), c.data.to_dict()) for c in configs]
+    per_call = min(steps_per_call(c, task) for c, task in zip(configs, tasks, strict=True))
     state, batches = ensemble_train_state(None, len(configs), max(8, 2 * per_call),
                                           configs=configs)
-    inputs = groups(batches, per_call)
+    inputs = widest_calls(groups(batches, per_call))
     start = time.perf_counter()
     executable = state.train.lower(inputs[0]).compile()
     compile_s = time.perf_counter() - start
     needed = check_fits(executable)
-    first_s, step_s = timed(as_called(state.train, executable), state.train.leaves, inputs,
-                            steps, per_call=per_call)
-    return compile_s + first_s, step_s, needed
+    leaves = state.train.leaves
+    fresh = jax.tree.map(jnp.copy, leaves)  # a call donates its state; the loop's own
+    call = as_called(state.train, executable)
+    first_s, step_s = timed(call, leaves, inputs, steps, per_call=per_call)
+    sharding = member_batch_sharded(ensemble_mesh(len(configs)))
+
+    def draw(step: int) -> Any:  # as the ensemble trainer draws a step's batch
+        return jax.device_put(data.stack_batches(
+            [data.train_batch(task, c.data, c.seed, step)
+             for task, c in zip(tasks, configs, strict=True)]), sharding)
+
+    loop_s = timed_loop(call, fresh, inputs, draw, steps, per_call=per_call)
+    return compile_s + first_s, step_s, loop_s, needed
 
 
 def data_seconds(configs: Sequence[Any], steps: int) -> float:
@@ -204,66 +221,88 @@ def main() -> None:
              f"from the {len(stackable)} grid points that stack with it ({len(tasks)} tasks)"))
 
     rate = {}
-    print("| members per program | ms/step | data ms/step | model-steps/s | compile (s) "
-          "| step memory (GB) | peak mem (GB) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print("| members per program | ms/step | data ms/step | loop ms/step | model-steps/s "
+          "| compile (s) | step memory (GB) | peak mem (GB) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     too_many = None  # the smallest count that did not fit: more members need more memory
     for members in sorted({*counts, grouped}):
         if too_many is not None:
-            print(f"| {members} | skipped: more members than {too_many} | | | | | |")
+            print(f"| {members} | skipped: more members than {too_many} | | | | | | |")
             continue
         configs = member_configs(plan, point, members, args.stack)
         try:
-            compile_s, step_s, needed = step_seconds(configs, args.steps)
+            compile_s, step_s, loop_s, needed = step_seconds(configs, args.steps)
         except MemoryError as error:
-            print(f"| {members} | {error} | | | | | |", flush=True)
+            print(f"| {members} | {error} | | | | | | |", flush=True)
             too_many = members
             continue
         batches_s = data_seconds(configs, args.steps)
-        rate[members] = members / (step_s + batches_s)
+        rate[members] = members / loop_s
         peak = memory_gb(device)
-        print(f"| {members} | {step_s * 1e3:.2f} | {batches_s * 1e3:.2f} | {rate[members]:,.1f} | "
+        print(f"| {members} | {step_s * 1e3:.2f} | {batches_s * 1e3:.2f} | {loop_s * 1e3:.2f} | "
+              f"{rate[members]:,.1f} | "
               f"{compile_s:.1f} | {'-' if needed is None else f'{needed:.3g}'} | "
               f"{'-' if peak is None else f'{peak:.2f}'} |", flush=True)
     if not rate:
         print("\nno member count fits this device's memory; nothing to project")
         return
+    model_steps = plan.runs * train_steps
+    groupings = training_seconds(plan, rate, grouped)
+    # Printed before the evaluation is timed: a run cut at a time limit keeps it.
+    print(f"\nprojected training for the whole sweep ({model_steps:,} model-steps), hours on "
+          "this device (steps and their batches as the training loop runs them, a lower bound):")
+    print("| grouping | programs | training |")
+    print("|---|---:|---:|")
+    attempted = {*counts, grouped}
+    missing = {count: "does not fit" if count in attempted else "not measured"
+               for count in (1, grouped)}
+    for label, programs, count, training in groupings:
+        print(f"| {label} | {programs:,} | "
+              f"{missing[count] if training is None else hours(training)} |", flush=True)
+
     alone = eval_seconds([config])
     programs = evaluation_programs_of(plan)
     first = next(p for p in programs if point.members[0].config in p)
     together = alone if len(first) == 1 else eval_seconds(
         [from_mapping(copy.deepcopy(member)) for member in first])
     tasks_in_first = len({member["task"]["name"] for member in first})
-    print(f"evaluation at {len(default_lengths(config))} lengths (untrained, compile included): "
+    print(f"\nevaluation at {len(default_lengths(config))} lengths (untrained, compile included): "
           f"one member {alone:.1f} s" + ("" if len(first) == 1 else
                                          f"; the report's {len(programs):,} programs, the "
                                          f"first of {len(first)} runs ({tasks_in_first} tasks) "
                                          f"{together:.1f} s"))
-
-    model_steps = plan.runs * train_steps
     # One program per run is evaluated run by run; a sweep's report evaluates its runs in
     # programs of grid points that share a model, however their training was grouped.
-    per_run, grouped_eval = plan.runs * alone, len(programs) * together
-    best = max(rate, key=rate.get)
-    print(f"\nprojected for the whole sweep ({model_steps:,} model-steps), hours on this device "
-          "(training: steps and their batches, a lower bound):")
+    evaluations = (plan.runs * alone, len(programs) * together, len(programs) * together)
+    print("\nprojected for the whole sweep, hours on this device (training and evaluation):")
     print("| grouping | programs | training | evaluation | total |")
     print("|---|---:|---:|---:|---:|")
-    everything = [p.index for p in plan.points]
-    stacked = group_points(plan.points, everything, best)
-    for label, programs, training, evaluation in (
-            ("one program per run", plan.runs, model_steps / rate[1], per_run),
-            ("one per grid point (pe-research sweep)", len(plan.points),
-             model_steps / rate[grouped] if grouped in rate else None, grouped_eval),
-            (f"--members-per-program {best}", len(stacked),
-             sum(train_steps * size / nearest_rate(rate, size)
-                 for size in (sum(len(plan.points[i].members) for i in group)
-                              for group in stacked)), grouped_eval)):
-        if training is None:  # its program's step was skipped above
-            print(f"| {label} | {programs:,} | does not fit | {hours(evaluation)} | - |")
+    for (label, programs, count, training), evaluation in zip(groupings, evaluations,
+                                                               strict=True):
+        if training is None:  # its program's step was skipped or not asked for above
+            print(f"| {label} | {programs:,} | {missing[count]} | {hours(evaluation)} | - |")
             continue
         print(f"| {label} | {programs:,} | {hours(training)} | {hours(evaluation)} | "
               f"{hours(training + evaluation)} |")
+
+
+def training_seconds(plan: SweepPlan, rate: dict[int, float],
+                     grouped: int) -> list[tuple[str, int, int, float | None]]:
+    """(grouping, programs, members per program, training seconds or None where that count has
+    no rate) of the whole sweep: one program per run, one per grid point (``grouped`` members),
+    and at the measured member count with the most model-steps/s (``rate``: model-steps/s by
+    members per program)."""
+    train_steps = int(plan.points[0].members[0].config["train"]["steps"])
+    model_steps = plan.runs * train_steps
+    best = max(rate, key=rate.get)
+    stacked = group_points(plan.points, [p.index for p in plan.points], best)
+    return [("one program per run", plan.runs, 1, model_steps / rate[1] if 1 in rate else None),
+            ("one per grid point (pe-research sweep)", len(plan.points), grouped,
+             model_steps / rate[grouped] if grouped in rate else None),
+            (f"--members-per-program {best}", len(stacked), best,
+             sum(train_steps * size / nearest_rate(rate, size)
+                 for size in (sum(len(plan.points[i].members) for i in group)
+                              for group in stacked)))]
 
 
 def nearest_rate(rate: dict[int, float], members: int) -> float:

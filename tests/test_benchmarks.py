@@ -319,7 +319,7 @@ def test_run_all_passes_a_benchmarks_own_arguments_stops_it_at_the_limit_and_bun
     assert done.stderr == "error: LIMIT_S=2m: give whole seconds per benchmark (0: no limit)\n"
 
 
-def test_the_gpu_session_names_its_stages_when_given_none_of_them(tmp_path):
+def test_the_gpu_session_names_its_stages_and_parts_when_given_others(tmp_path):
     for argv in ([], ["measure"]):
         done = subprocess.run(["bash", "benchmarks/gpu_session.sh", *argv], cwd=REPO,
                               env={**os.environ, "OUT": str(tmp_path / "out")},
@@ -328,6 +328,14 @@ def test_the_gpu_session_names_its_stages_when_given_none_of_them(tmp_path):
         assert done.stderr == ("usage: bash benchmarks/gpu_session.sh wheels|speed|pilot "
                                "(see its first lines)\n")
     assert not (tmp_path / "out").exists()  # nothing installed, nothing written
+    done = subprocess.run(["bash", "benchmarks/gpu_session.sh", "speed"], cwd=REPO,
+                          env={**os.environ, "OUT": str(tmp_path / "out"),
+                               "SPEED_PARTS": "large mfu"},
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert done.stderr == ("SPEED_PARTS: no part 'mfu'; choose from: first_program "
+                           "costliest_program large ensemble\n")
+    assert not (tmp_path / "out").exists()
 
 
 def table_rows(out: str, header: str) -> list[list[str]]:
@@ -355,14 +363,16 @@ def test_sweep_throughput_measures_each_member_count_and_projects_the_sweep(tmp_
             " (2 members); members from the 2 grid points that stack with it (2 tasks)") in out
     measured = table_rows(out, "| members per program")
     assert [row[0] for row in measured] == ["1", "2", "4"]  # the point's own 2 members added
-    rate = {int(row[0]): float(row[3].replace(",", "")) for row in measured}
-    for members, row in rate.items():  # members over the step's and its batches' time
-        step_ms, data_ms = (float(cell) for cell in next(
-            r[1:3] for r in measured if r[0] == str(members)))
-        assert data_ms > 0
-        assert row == pytest.approx(members / (step_ms + data_ms) * 1e3, rel=0.02)
+    rate = {int(row[0]): float(row[4].replace(",", "")) for row in measured}
+    for members, row in rate.items():  # members over the loop's time per step
+        step_ms, data_ms, loop_ms = (float(cell) for cell in next(
+            r[1:4] for r in measured if r[0] == str(members)))
+        assert step_ms > 0 and data_ms > 0 and loop_ms > 0
+        assert row == pytest.approx(members / loop_ms * 1e3, rel=0.02)
     best = max(rate, key=rate.get)
-    projected = table_rows(out, "| grouping")
+    training_only = table_rows(out, "| grouping | programs | training |")
+    projected = table_rows(out, "| grouping | programs | training | evaluation")
+    assert [row[:3] for row in training_only] == [row[:3] for row in projected]
     assert [row[0] for row in projected] == [
         "one program per run", "one per grid point (pe-research sweep)",
         f"--members-per-program {best}"]
@@ -396,7 +406,7 @@ def test_sweep_throughput_skips_the_member_counts_the_device_cannot_hold(tmp_pat
                              seeds="(0, 1)", **{"train.steps": 30})
     plan = load_sweep(sweep_file)
     needed = {members: sweep_throughput.step_seconds(sweep_throughput.member_configs(
-        plan, plan.points[0], members, "seeds"), 1)[2] for members in (2, 4)}
+        plan, plan.points[0], members, "seeds"), 1)[3] for members in (2, 4)}
     assert 0 < needed[2] < needed[4]
     limit_gb = (needed[2] + needed[4]) / 2
     monkeypatch.setattr(step_timing, "device_memory_bytes", lambda device: limit_gb * 2**30)
@@ -404,16 +414,16 @@ def test_sweep_throughput_skips_the_member_counts_the_device_cannot_hold(tmp_pat
                      "--steps", "2")
     rows = table_rows(out, "| members per program")
     assert [row[0] for row in rows] == ["1", "2", "4", "8"]
-    assert 0 < float(rows[0][5]) < float(rows[1][5]) == float(f"{needed[2]:.3g}")
+    assert 0 < float(rows[0][6]) < float(rows[1][6]) == float(f"{needed[2]:.3g}")
     assert rows[2][1] == (f"skipped: its step needs {needed[4]:.1f} GB, the device has "
                           f"{limit_gb:.1f}")
     assert rows[3][1] == "skipped: more members than 4"
-    projected = table_rows(out, "| grouping")
+    projected = table_rows(out, "| grouping | programs | training | evaluation")
     assert [row[:2] for row in projected] == [["one program per run", "2"],
                                               ["one per grid point (pe-research sweep)", "1"],
                                               ["--members-per-program " + max(
                                                   ("1", "2"), key=lambda m: float(next(
-                                                      r[3] for r in rows if r[0] == m))), "1"]]
+                                                      r[4] for r in rows if r[0] == m))), "1"]]
 
 
 def test_members_of_stacked_points_start_at_the_measured_point(tmp_path):
@@ -431,6 +441,31 @@ def test_members_of_stacked_points_start_at_the_measured_point(tmp_path):
     assert [(c.task.name, c.seed) for c in configs] == [
         ("reverse_string", 0), ("reverse_string", 1), ("bucket_sort", 0), ("bucket_sort", 1),
         ("copy", 0), ("copy", 1), ("reverse_string", 1_000)]  # ALiBi never: another program
+
+
+def test_a_step_is_timed_at_the_widest_of_its_batches_shapes(tmp_path):
+    """One member whose batches fall in several length buckets (one length per batch): every
+    timed call has the widest batch's shape, so one compiled program runs them all."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import numpy as np
+    from step_timing import widest_calls
+    from sweep_throughput import member_configs, step_seconds
+
+    from pe_research.sweeps.spec import load_sweep
+
+    def call(width: int) -> list[dict]:
+        return [{"source": np.zeros((1, 2, width), np.int32), "mask": np.ones((1, 2, width))}]
+
+    calls = [call(16), call(64), call(32), call(64)]
+    assert widest_calls(calls) == [calls[1], calls[3]]
+    sweep_file = write_sweep(tmp_path / "s.py", grid='[{"model.pe.type": "rope"}]',
+                             seeds="(0,)", **{"data.length_sampling": "per_batch",
+                                              "data.train_lengths": (1, 12),
+                                              "data.buckets": (4, 8, 16, 32)})
+    plan = load_sweep(sweep_file)
+    compile_s, step_s, loop_s, _ = step_seconds(
+        member_configs(plan, plan.points[0], 1, "seeds"), 2)
+    assert compile_s > 0 and step_s > 0 and loop_s > 0
 
 
 @pytest.mark.slow
