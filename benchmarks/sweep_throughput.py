@@ -27,7 +27,8 @@ one does, training (``train.steps`` per run) and evaluation (one program per run
 member's; grouped: the report's evaluation programs x the first one's). Training counts the step
 and its batches as the loop runs them: evaluations during training, checkpoints and each length
 bucket's compile come on top, so the projection is a lower bound (benchmarks/RESULTS.md compares
-one with a sweep's measured time):
+one with a sweep's measured time); with ``data.length_stream=shared`` a program's steps in
+narrower buckets run faster than the widest timed here:
 
 - one program per run (M = 1);
 - as ``pe-research sweep`` groups runs: one program per grid point, of its members;

@@ -75,6 +75,29 @@ def test_per_batch_sampling_is_one_uniform_length_per_batch(reverse):
     assert counts.sum() == 400 and counts.min() > 70  # each of 4 lengths ~100 times
 
 
+def test_a_shared_length_stream_gives_every_seed_the_same_lengths_not_the_same_examples(
+        reverse):
+    """``data.length_stream=shared``: at each step every seed draws the same length (so members
+    of a program share the batch's shape) and its own tokens; the lengths still cover the range
+    about evenly. By default (the run's seed) the seeds' lengths differ."""
+    shared, own = data_cfg(length_stream="shared"), data_cfg()
+    lengths = {seed: [] for seed in range(4)}
+    for step in range(200):
+        batches = [data.train_batch(reverse, shared, seed, step) for seed in range(4)]
+        assert len({tuple(b[key].shape for key in data.BATCH_KEYS) for b in batches}) == 1
+        assert not np.array_equal(batches[0]["source"], batches[1]["source"])
+        for seed, batch in enumerate(batches):
+            lengths[seed].append(int(batch["lengths"][0]))
+    assert lengths[0] == lengths[1] == lengths[2] == lengths[3]
+    assert np.bincount(lengths[0], minlength=41)[1:].min() >= 1  # all of 1-40 in 200 draws
+    assert len(set(lengths[0])) > 30
+    own_lengths = [[int(data.train_batch(reverse, own, seed, step)["lengths"][0])
+                    for step in range(20)] for seed in (0, 1)]
+    assert own_lengths[0] != own_lengths[1]
+    with pytest.raises(ConfigError, match=r"data.length_stream='run'.*seed.*shared"):
+        data.check_data_config(reverse, data_cfg(length_stream="run"))
+
+
 def test_mixed_sampling_draws_each_length_of_the_range_uniformly(reverse):
     lengths = np.concatenate([data.train_batch(reverse, data_cfg(
         batch_size=64, length_sampling="mixed", train_lengths=(3, 6)), 0, step)["lengths"]

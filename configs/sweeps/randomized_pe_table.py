@@ -16,7 +16,10 @@ papers' per-token accuracy on output tokens (`output_token_accuracy`) averaged o
     pe-research sweep report runs/rpe_table
     pe-research table 'runs/rpe_table/*/*' --out runs/rpe_table/report
 
-Sized for a cluster (one GPU per grid point; its 10 seeds train stacked). The reduced version for
+Sized for a cluster (one GPU per grid point; its 10 seeds train stacked). Each run draws its own
+lengths, as the paper's code does, so a stacked step pads to its widest member's bucket;
+`--config.data.length_stream=shared` gives every run the same length at each step and each
+member its own bucket (docs/performance.md). The reduced version for
 a 2-core CPU is configs/sweeps/randomized_pe_table_cpu.py.
 """
 

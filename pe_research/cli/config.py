@@ -26,6 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def choices() -> dict[str, tuple[Any, ...]]:
     """The keys whose values are a fixed set, and the set."""
     from pe_research.config import schema
+    from pe_research.data.batches import LENGTH_STREAMS
     from pe_research.model import config as model_config
     from pe_research.positional import SCHEMES
     from pe_research.positional.randomize import DRAWS, EVAL_POLICIES
@@ -42,7 +43,8 @@ def choices() -> dict[str, tuple[Any, ...]]:
             "model.pe.randomize.eval_policy": EVAL_POLICIES,
             "model.pe.randomize.per": DRAWS, "model.pe.randomize.eval_per": DRAWS,
             "model.pe.scaling.type": SCALING_TYPES,
-            "data.length_sampling": LENGTH_SAMPLING, "train.schedule": schema.SCHEDULES,
+            "data.length_sampling": LENGTH_SAMPLING, "data.length_stream": LENGTH_STREAMS,
+            "train.schedule": schema.SCHEDULES,
             "wandb.mode": schema.WANDB_MODES}
 
 

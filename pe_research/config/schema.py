@@ -25,6 +25,8 @@ BLOCK_DEFAULTS: dict[str, dict[str, Any]] = {
     "data": {
         "train_lengths": (1, 16),  # inclusive (min, max) task length seen in training
         "length_sampling": "per_batch",  # 'per_batch': one length per batch; 'mixed'
+        "length_stream": "seed",  # 'seed': lengths drawn from the run's seed; 'shared': the same
+        # for every run (members of a program then share each step's batch shape)
         "batch_size": 32,  # global, over all devices and processes
         "buckets": (16, 32, 64, 128, 256, 512),  # padded sequence lengths (one compile each)
         "scan_dir": "",  # local SCAN files (text tasks)

@@ -7,7 +7,8 @@ constant or cosine decay, weight decay, clipping norm), whether the loss scores 
 (``train.predict_eos``), the model's (dropout rate, the positional scheme's wavelength base:
 ``model/member_settings.py``), the task (the vocabulary is padded to the widest member's and each
 member's loss is taken over its own tokens: ``training/ensemble.py``), its training and evaluation
-lengths and how a batch's lengths are drawn (``data.length_sampling``), the run a member starts
+lengths and how a batch's lengths are drawn (``data.length_sampling``, ``data.length_stream``),
+the run a member starts
 from (``train.init_from``, ``train.init_checkpoint``: each member restores its own, or starts
 fresh), the W&B name, RoPE's test-time scaling (``model.pe.scaling``: none, PI, NTK-aware, YaRN,
 their factor), the logit scaling between ``none`` and ``log_n_scaling`` (``STACKED_AMONG``:
@@ -41,7 +42,8 @@ STACKED_KEYS = ("seed", "train.learning_rate", "train.warmup_steps", "train.sche
                 "data.eval_samples", "train.eval_lengths", "eval.lengths", "wandb.name",
                 "wandb.tags", "model.pe.randomize.max_position", "model.pe.abacus_max_k",
                 "model.dropout_rate", "model.pe.max_wavelength", *ROPE_SCALING_KEYS,
-                *SCHEME_SCALARS, *INIT_ONLY_KEYS, "data.length_sampling", "train.init_from",
+                *SCHEME_SCALARS, *INIT_ONLY_KEYS, "data.length_sampling", "data.length_stream",
+                "train.init_from",
                 "train.init_checkpoint")
 STACKED_PREFIXES = ("task.",)
 # key -> the values among which it stacks (a member with another value keeps its program)

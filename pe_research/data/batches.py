@@ -32,6 +32,7 @@ Batch = dict[str, np.ndarray]
 BATCH_KEYS = ("source", "source_mask", "target_input", "target_output", "target_mask", "lengths")
 # Random streams: the plan of a global batch is shared by all processes, examples are not.
 PLAN_STREAM, EXAMPLE_STREAM = 0x91A7, 0xE8A3
+LENGTH_STREAMS = ("seed", "shared")
 
 
 def bucket_length(n: int, buckets: Sequence[int]) -> int:
@@ -82,6 +83,7 @@ def check_data_block(data_cfg: Mapping[str, Any]) -> None:
         raise ConfigError("data.batch_size", batch_size, "a positive integer")
     check_choice("data.length_sampling", data_cfg.get("length_sampling", "per_batch"),
                  LENGTH_SAMPLING)
+    check_choice("data.length_stream", data_cfg.get("length_stream", "seed"), LENGTH_STREAMS)
     buckets = tuple(data_cfg["buckets"])
     if (not buckets or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets)
             or list(buckets) != sorted(set(buckets))):
@@ -113,11 +115,14 @@ def train_batch(task: Task, data_cfg: Mapping[str, Any], seed: int, step: int,
 
     Lengths (or dataset rows) of the whole global batch come from a stream of
     ``(seed, step)`` that every process shares, so all processes agree on the padded
-    shape; the tokens come from a stream of ``(seed, step, process_index)``.
+    shape (``data.length_stream = shared``: of ``step`` alone, the same for every run, so
+    the members of a program share it too); the tokens come from a stream of
+    ``(seed, step, process_index)``.
     """
     global_size = int(data_cfg["batch_size"])
     check_divisible("data.batch_size", global_size, process_count, "process count")
-    plan_rng = np.random.default_rng([seed, PLAN_STREAM, step])
+    shared = data_cfg.get("length_stream", "seed") == "shared"
+    plan_rng = np.random.default_rng([PLAN_STREAM, step] if shared else [seed, PLAN_STREAM, step])
     keys = task.draw_train_keys(plan_rng, global_size, data_cfg["train_lengths"],
                                 data_cfg.get("length_sampling", "per_batch"))
     source_len, target_len = task.max_lengths(keys)

@@ -7,7 +7,8 @@ that seed would, and writes an ordinary run directory: config.json, metrics.json
 checkpoints and a W&B run, in the format of a single run. With ``length_sampling=per_batch``
 each member draws its own length and all are padded to the largest member's bucket (padding is
 masked, so a member's numbers do not change; dropout masks do depend on the padded width, so
-with dropout a member matches its single run in distribution, not bit for bit).
+with dropout a member matches its single run in distribution, not bit for bit), unless
+``data.length_stream=shared`` gives every member the same length at each step.
 
 Members may differ in what ``config/stacking.py`` lets them (its docstring names every kind). The
 model's scalars are traced settings set on the program's model (``model/member_settings.py``), the
