@@ -15,7 +15,10 @@
 #   MFU); ensemble: 1 against 32 ensemble members (SPEED_S each). SPEED_PARTS picks parts, in
 #   order (default: first_program large ensemble); costliest_program, the table's program as if
 #   every one cost what its costliest does (duplicate_string, the longest sequences, on
-#   Transformer-XL; 30 members; THROUGHPUT_S), runs only when named.
+#   Transformer-XL; 30 members; THROUGHPUT_S), and length_stream, the pilot's 6 runs trained
+#   STREAM_STEPS steps (default 1000; no evaluation) with each run's own lengths and then with
+#   data.length_stream=shared, the trainer's steps/s and wall time of each (STREAM_S each), run
+#   only when named.
 # pilot: configs/sweeps/randomized_pe_pilot.py, one cell of that table (plain and randomized,
 #   3 seeds, one program) for PILOT_STEPS of the table's 100,000 steps, evaluated at every
 #   length 1-500, then its table in the paper's metric (PILOT_S in all). On an H200 its 6
@@ -24,8 +27,8 @@
 #   the 70 s left it, so give PILOT_S about 3 minutes beyond the training's.
 # OUT (default runs/gpu_session) gets speed_*.tgz (tables, logs, the device's name),
 # pilot.tgz.part* (the pilot's run directories without their frozen eval sets, in pieces of
-# 15 MiB) and session.log. EXTRA_PILOT adds config overrides to the pilot (a CPU trial at a
-# smaller size, say). Two stages in two calls: a lease that ends early keeps the first's results.
+# 15 MiB) and session.log. EXTRA_PILOT adds config overrides to the pilot and to length_stream (a CPU trial
+# at a smaller size, say). Two stages in two calls: a lease that ends early keeps the first's results.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MISSING=(ml_collections datasets dill multiprocess submitit)  # not in the GPU image
@@ -40,7 +43,7 @@ if [ "$STAGE" != speed ] && [ "$STAGE" != pilot ]; then
   echo "usage: bash benchmarks/gpu_session.sh wheels|speed|pilot (see its first lines)" >&2
   exit 2
 fi
-ALL_PARTS="first_program costliest_program large ensemble"
+ALL_PARTS="first_program costliest_program large ensemble length_stream"
 SPEED_PARTS=${SPEED_PARTS:-first_program large ensemble}
 for part in $SPEED_PARTS; do
   if [[ " $ALL_PARTS " != *" $part "* ]]; then
@@ -59,11 +62,36 @@ PYTHON=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo pyth
 PILOT_STEPS=${PILOT_STEPS:-10000}
 THROUGHPUT_S=${THROUGHPUT_S:-220} SPEED_S=${SPEED_S:-60} PILOT_S=${PILOT_S:-300}
 THROUGHPUT_MEMBERS=${THROUGHPUT_MEMBERS:-1,8,32,128}
+STREAM_STEPS=${STREAM_STEPS:-1000} STREAM_S=${STREAM_S:-120}
 WORK=${WORK:-/tmp/gpu_session}  # kept between calls to a warm machine
 export PYTHON PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/session.log") 2>&1
 failed=0
+
+streams() {  # the pilot's program trained on each length stream; speed_length_stream.tgz
+  local dir="$WORK/speed/length_stream" stream
+  mkdir -p "$dir"
+  for stream in seed shared; do
+    echo "== length_stream=$stream: $STREAM_STEPS steps, limit $STREAM_S s"
+    local start=$SECONDS
+    # shellcheck disable=SC2086  # EXTRA_PILOT holds several overrides
+    timeout -k 10 "$STREAM_S" "$PYTHON" -m pe_research.cli sweep \
+      configs/sweeps/randomized_pe_pilot.py --workdir "$dir/$stream" --no-report \
+      --config.data.length_stream="$stream" --config.train.steps="$STREAM_STEPS" \
+      --config.train.eval_every=0 --config.train.checkpoint_every="$STREAM_STEPS" \
+      --config.train.log_every=$((STREAM_STEPS / 4)) --config.wandb.mode=disabled \
+      --config.data.eval_cache_dir="$WORK/eval_sets" ${EXTRA_PILOT:-} >"$dir/$stream.log" 2>&1 \
+      || { echo "== length_stream=$stream: FAILED or cut off (see $stream.log)"; return 1; }
+    local metrics
+    metrics=$(find "$dir/$stream" -path '*/seed_0/metrics.jsonl' | sort | head -1)
+    echo "== length_stream=$stream: $((SECONDS - start)) s; seed 0's (step, steps/s) pairs:" \
+      "$(grep -o '"step": [0-9]*\|"train/steps_per_second": [0-9.]*' "$metrics" \
+         | sed 's/.*: //' | paste -sd' ')" | tee -a "$dir/summary.txt"
+    tar czf "$OUT/speed_length_stream.tgz" -C "$dir" summary.txt seed.log \
+      $([ -f "$dir/shared.log" ] && echo shared.log)
+  done
+}
 
 if [ "$STAGE" = speed ]; then
   bench() {  # PART, LIMIT_S, then run_all.sh's entries; the tables so far in speed_PART.tgz
@@ -80,6 +108,7 @@ if [ "$STAGE" = speed ]; then
 --implementations cudnn --steps-per-call 1" || failed=1 ;;
       ensemble) bench ensemble "$SPEED_S" "ensemble_speed --members 1,32 --steps-per-call 10" \
         || failed=1 ;;
+      length_stream) streams || failed=1 ;;
     esac
   done
   exit $failed
