@@ -81,15 +81,16 @@ streams() {  # the pilot's program trained on each length stream; speed_length_s
       --config.data.length_stream="$stream" --config.train.steps="$STREAM_STEPS" \
       --config.train.eval_every=0 --config.train.checkpoint_every="$STREAM_STEPS" \
       --config.train.log_every=$((STREAM_STEPS / 4)) --config.wandb.mode=disabled \
-      --config.data.eval_cache_dir="$WORK/eval_sets" ${EXTRA_PILOT:-} >"$dir/$stream.log" 2>&1 \
-      || { echo "== length_stream=$stream: FAILED or cut off (see $stream.log)"; return 1; }
-    local metrics
+      --config.data.eval_cache_dir="$WORK/eval_sets" ${EXTRA_PILOT:-} >"$dir/$stream.log" 2>&1
+    local status=$? metrics
     metrics=$(find "$dir/$stream" -path '*/seed_0/metrics.jsonl' | sort | head -1)
-    echo "== length_stream=$stream: $((SECONDS - start)) s; seed 0's (step, steps/s) pairs:" \
-      "$(grep -o '"step": [0-9]*\|"train/steps_per_second": [0-9.]*' "$metrics" \
-         | sed 's/.*: //' | paste -sd' ')" | tee -a "$dir/summary.txt"
+    echo "== length_stream=$stream: $((SECONDS - start)) s$([ $status = 0 ] \
+      || echo ", FAILED or cut off"); seed 0's (step, steps/s) pairs:" \
+      "$([ -n "$metrics" ] && grep -o '"step": [0-9]*\|"train/steps_per_second": [0-9.]*' \
+         "$metrics" | sed 's/.*: //' | paste -sd' ')" | tee -a "$dir/summary.txt"
     tar czf "$OUT/speed_length_stream.tgz" -C "$dir" summary.txt seed.log \
       $([ -f "$dir/shared.log" ] && echo shared.log)
+    [ $status = 0 ] || return 1
   done
 }
 
