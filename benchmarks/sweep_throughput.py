@@ -45,7 +45,7 @@ import math
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -130,8 +130,8 @@ def step_seconds(configs: Sequence[Any],
     each step's batches drawn, the compiled step's memory in GiB) of the members ``configs``
     stacked, at the widest shape their batches are padded to; a MemoryError (``skipped: ...``)
     before it runs when the step needs more than the device has."""
-    tasks = [get_task(c.task.to_dict(), c.data.to_dict()) for c in configs]
-    per_call = min(steps_per_call(c, task) for c, task in zip(configs, tasks, strict=True))
+    per_call = min(steps_per_call(c, get_task(c.task.to_dict(), c.data.to_dict()))
+                   for c in configs)
     state, batches = ensemble_train_state(None, len(configs), max(8, 2 * per_call),
                                           configs=configs)
     inputs = widest_calls(groups(batches, per_call))
@@ -143,25 +143,31 @@ def step_seconds(configs: Sequence[Any],
     fresh = jax.tree.map(jnp.copy, leaves)  # a call donates its state; the loop's own
     call = as_called(state.train, executable)
     first_s, step_s = timed(call, leaves, inputs, steps, per_call=per_call)
-    sharding = member_batch_sharded(ensemble_mesh(len(configs)))
-
-    def draw(step: int) -> Any:  # as the ensemble trainer draws a step's batch
-        return jax.device_put(data.stack_batches(
-            [data.train_batch(task, c.data, c.seed, step)
-             for task, c in zip(tasks, configs, strict=True)]), sharding)
-
+    draw = batch_drawer(configs, member_batch_sharded(ensemble_mesh(len(configs))))
     loop_s = timed_loop(call, fresh, inputs, draw, steps, per_call=per_call)
     return compile_s + first_s, step_s, loop_s, needed
+
+
+def batch_drawer(configs: Sequence[Any], sharding: Any = None) -> Callable[[int], Any]:
+    """``draw(step)``: the members' training batches of ``step`` stacked ``[M, B, ...]``, as the
+    ensemble trainer draws them (put on the device with ``sharding``, where given)."""
+    tasks = [get_task(c.task.to_dict(), c.data.to_dict()) for c in configs]
+
+    def draw(step: int) -> Any:
+        stacked = data.stack_batches([data.train_batch(task, c.data, c.seed, step)
+                                      for task, c in zip(tasks, configs, strict=True)])
+        return stacked if sharding is None else jax.device_put(stacked, sharding)
+
+    return draw
 
 
 def data_seconds(configs: Sequence[Any], steps: int) -> float:
     """Host seconds per step to draw and stack the members' training batches, as the training
     loop does before each step."""
-    tasks = [get_task(c.task.to_dict(), c.data.to_dict()) for c in configs]
+    draw = batch_drawer(configs)
     start = time.perf_counter()
     for step in range(steps):
-        data.stack_batches([data.train_batch(task, c.data, c.seed, step)
-                            for task, c in zip(tasks, configs, strict=True)])
+        draw(step)
     return (time.perf_counter() - start) / steps
 
 
