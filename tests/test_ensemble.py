@@ -126,15 +126,20 @@ def test_members_with_their_own_optimizer_settings_bases_and_scoring_equal_indep
 
 @pytest.mark.slow
 def test_members_with_their_own_dropout_rates_equal_independent_runs(tmp_path):
-    """One seed, so both members draw the same batches and widths and their masks can match
-    their single runs' bit for bit: 0 drops nothing, 0.3 the draws of a run of its own."""
+    """Two seeds on lengths 1-20, whose batches fall in three buckets, on a shared length stream
+    (``data.length_stream=shared``): both members draw the same width at every step, so their
+    masks, drawn over the padded batch, match their single runs' bit for bit: 0 drops nothing,
+    0.3 the draws of a run of its own. (On each seed's own stream the second member is padded to
+    the first's bucket at some step and its masks differ.)"""
     rates = (0.0, 0.3)
-    configs = [member_config(0) for _ in rates]
+    configs = [member_config(seed) for seed in (0, 1)]
     for config, rate in zip(configs, rates, strict=True):
         config.model.dropout_rate = rate
+        config.data.train_lengths = (1, 20)
+        config.data.length_stream = "shared"
     members = [tmp_path / f"dropout_{rate}" for rate in rates]
     result = train_ensemble(configs, members)
-    assert result.compilations <= 2 and not result.diverged
+    assert result.compilations == 3 and not result.diverged  # one program per bucket
     for config, member in zip(configs, members, strict=True):
         train(config, tmp_path / f"single_{member.name}")
         assert_same_run(member, tmp_path / f"single_{member.name}")
