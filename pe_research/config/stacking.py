@@ -7,14 +7,13 @@ constant or cosine decay, weight decay, clipping norm), whether the loss scores 
 (``train.predict_eos``), the model's (dropout rate, the positional scheme's wavelength base:
 ``model/member_settings.py``), the task (the vocabulary is padded to the widest member's and each
 member's loss is taken over its own tokens: ``training/ensemble.py``), its training and evaluation
-lengths and how a batch's lengths are drawn (``data.length_sampling``, ``data.length_stream``),
-the run a member starts
-from (``train.init_from``, ``train.init_checkpoint``: each member restores its own, or starts
-fresh), the W&B name, RoPE's test-time scaling (``model.pe.scaling``: none, PI, NTK-aware, YaRN,
-their factor), the logit scaling between ``none`` and ``log_n_scaling`` (``STACKED_AMONG``:
-``ssmax`` has parameters of its own), FIRE's initial threshold and eps, xPos's decay and HoPE's
-training length (``SCHEME_SCALARS``), what only draws the initial parameters (``INIT_ONLY_KEYS``:
-each member's are drawn from its own config), and the randomized-position range
+lengths and how a batch's lengths are drawn (``data.length_sampling``, ``data.length_stream``), the
+run a member starts from (``train.init_from``, ``train.init_checkpoint``: each member restores its
+own, or starts fresh), the W&B name, RoPE's test-time scaling (``model.pe.scaling``: none, PI,
+NTK-aware, YaRN, their factor), the logit scaling between ``none`` and ``log_n_scaling``
+(``STACKED_AMONG``: ``ssmax`` has parameters of its own), FIRE's initial threshold and eps, xPos's
+decay and HoPE's training length (``SCHEME_SCALARS``), what only draws the initial parameters
+(``INIT_ONLY_KEYS``: each member's are drawn from its own config), and the randomized-position range
 (``randomized_range``; 0: plain positions): the program draws each of its members' ranges from a
 member's keys and the member takes its own (``model/inputs.member_positions``); and the largest
 offset training adds to Abacus IDs (``model.pe.abacus_max_k``, traced).
@@ -43,8 +42,7 @@ STACKED_KEYS = ("seed", "train.learning_rate", "train.warmup_steps", "train.sche
                 "wandb.tags", "model.pe.randomize.max_position", "model.pe.abacus_max_k",
                 "model.dropout_rate", "model.pe.max_wavelength", *ROPE_SCALING_KEYS,
                 *SCHEME_SCALARS, *INIT_ONLY_KEYS, "data.length_sampling", "data.length_stream",
-                "train.init_from",
-                "train.init_checkpoint")
+                "train.init_from", "train.init_checkpoint")
 STACKED_PREFIXES = ("task.",)
 # key -> the values among which it stacks (a member with another value keeps its program)
 STACKED_AMONG = {"model.pe.logit_scaling": ("none", "log_n_scaling")}
