@@ -17,8 +17,11 @@
 #   every one cost what its costliest does (duplicate_string, the longest sequences, on
 #   Transformer-XL; 30 members; THROUGHPUT_S), and length_stream, the pilot's 6 runs trained
 #   STREAM_STEPS steps (default 1000; no evaluation) with each run's own lengths and then with
-#   data.length_stream=shared, the trainer's steps/s and wall time of each (STREAM_S each), run
-#   only when named.
+#   data.length_stream=shared, the trainer's steps/s and wall time of each (STREAM_S each), and
+#   every_shape, the table's training projected from every program's own step shapes (programs
+#   of 30 members as the sweep groups them on a GPU, the shapes of COVERAGE of the steps timed,
+#   default 0.8: about 16 compiles; EVERY_SHAPE_EXTRA adds arguments, e.g.
+#   --config.data.length_stream=shared; THROUGHPUT_S), run only when named.
 # pilot: configs/sweeps/randomized_pe_pilot.py, one cell of that table (plain and randomized,
 #   3 seeds, one program) for PILOT_STEPS of the table's 100,000 steps, evaluated at every
 #   length 1-500, then its table in the paper's metric (PILOT_S in all). On an H200 its 6
@@ -43,7 +46,7 @@ if [ "$STAGE" != speed ] && [ "$STAGE" != pilot ]; then
   echo "usage: bash benchmarks/gpu_session.sh wheels|speed|pilot (see its first lines)" >&2
   exit 2
 fi
-ALL_PARTS="first_program costliest_program large ensemble length_stream"
+ALL_PARTS="first_program costliest_program large ensemble length_stream every_shape"
 SPEED_PARTS=${SPEED_PARTS:-first_program large ensemble}
 for part in $SPEED_PARTS; do
   if [[ " $ALL_PARTS " != *" $part "* ]]; then
@@ -110,6 +113,8 @@ if [ "$STAGE" = speed ]; then
       ensemble) bench ensemble "$SPEED_S" "ensemble_speed --members 1,32 --steps-per-call 10" \
         || failed=1 ;;
       length_stream) streams || failed=1 ;;
+      every_shape) bench every_shape "$THROUGHPUT_S" "sweep_throughput --members 30 --every-shape \
+--coverage ${COVERAGE:-0.8} ${EVERY_SHAPE_EXTRA:-}" || failed=1 ;;
     esac
   done
   exit $failed

@@ -230,13 +230,16 @@ class TimedStep:
         return groups(self.batches, self.per_call)
 
 
-def ensemble_train_state(config, members: int, batch_count: int, configs=None):
+def ensemble_train_state(config, members: int, batch_count: int, configs=None,
+                         batch_steps: Sequence[int] | None = None,
+                         widths: tuple[int, int] | None = None):
     """``members`` copies of ``config`` with seeds 0..M-1 (or the members ``configs``, e.g. of
     several tasks) in one program, as ``pe-research sweep`` trains them: (ensemble steps holding
     the ``[M, ...]`` state, member-stacked batches, each member's own, sharded over the members'
     mesh). The program is training's own (``stacked_steps``): members of narrower vocabularies
     padded to the widest, each member's settings, positions, dropout rate and wavelength base
-    its own."""
+    its own. The batches are those of steps ``batch_steps`` (default: the first
+    ``batch_count``), padded to ``widths`` (source, target) where given."""
     if configs is None:
         configs = []
         for seed in range(members):
@@ -253,10 +256,15 @@ def ensemble_train_state(config, members: int, batch_count: int, configs=None):
     opt_state = jax.device_put(stack([steps.optimizer.init(p) for p in member_params]),
                                member_sharded(mesh))
     steps.train.hold(params, opt_state)
+
+    def member_batch(task: Any, config: Any, step: int) -> dict:
+        batch = data.train_batch(task, config.data, config.seed, step)
+        return batch if widths is None else data.pad_to(batch, *widths)
+
     batches = [jax.device_put(data.stack_batches(
-        [data.train_batch(task, c.data, c.seed, i)
-         for task, c in zip(tasks, configs, strict=True)]),
-        member_batch_sharded(mesh)) for i in range(batch_count)]
+        [member_batch(task, c, i) for task, c in zip(tasks, configs, strict=True)]),
+        member_batch_sharded(mesh))
+        for i in (range(batch_count) if batch_steps is None else batch_steps)]
     return steps, batches
 
 

@@ -5,6 +5,7 @@
     python benchmarks/sweep_throughput.py FILE --point 'task.name=parity_check,...'  # another point
     python benchmarks/sweep_throughput.py FILE --config.model.d_model=16   # any config override
     python benchmarks/sweep_throughput.py FILE --stack points   # members of several tasks
+    python benchmarks/sweep_throughput.py FILE --every-shape    # every program's own shapes
 
 For one grid point of a sweep file (the first, or ``--point``): the ensemble train step at each
 member count M, timed over ``--steps`` steps after warm-up at the widest shape its batches are
@@ -22,19 +23,22 @@ model's time from above). Members differ in seed (``--stack seeds``: one grid po
 stacks with the measured one (``--stack points``: tasks of several vocabularies, as
 ``--members-per-program`` stacks them).
 
-Projected for the whole sweep on this device, taking every grid point to cost what the measured
-one does, training (``train.steps`` per run) and evaluation (one program per run: runs x one
-member's; grouped: the report's evaluation programs x the first one's). Training counts the step
-and its batches as the loop runs them: evaluations during training, checkpoints and each length
-bucket's compile come on top, so the projection is a lower bound (benchmarks/RESULTS.md compares
-one with a sweep's measured time); with ``data.length_stream=shared`` a program's steps in
-narrower buckets run faster than the widest timed here:
+Projected for the whole sweep on this device: training (``train.steps`` per run) and evaluation
+(one program per run: runs x one member's; grouped: the report's evaluation programs x the first
+one's). Training counts the step and its batches as the loop runs them; evaluations during
+training and checkpoints come on top (benchmarks/RESULTS.md compares projections with a sweep's
+measured time). The first three groupings take every grid point to cost what the measured one
+does at its widest shape, each bucket's compile left out; the fourth does not:
 
 - one program per run (M = 1);
 - as ``pe-research sweep`` groups runs: one program per grid point, of its members;
 - stacked at the measured M with the most model-steps/s: as ``--members-per-program M``
   groups the sweep's grid points (``sweeps/grouping.py``), each program timed at the measured
-  member count nearest its size (with ``--stack points``, on members of several tasks).
+  member count nearest its size (with ``--stack points``, on members of several tasks);
+- with ``--every-shape``, as the sweep groups its runs on this device (its
+  ``members_per_program``), each program at the step shapes it draws, the heaviest timed and
+  each shape's compile counted (``sweep_projection.py``), so the mix of tasks, their sequence
+  lengths and ``data.length_stream=shared`` count as they run.
 """
 
 from __future__ import annotations
@@ -63,6 +67,15 @@ from step_timing import (
     timed_loop,
     widest_calls,
 )
+from sweep_projection import (
+    StepClass,
+    chosen_classes,
+    class_weights,
+    padded_tokens,
+    projected_training,
+    sweep_programs,
+    timing_program,
+)
 
 from pe_research import data
 from pe_research.config import collect_overrides, from_mapping
@@ -74,7 +87,7 @@ from pe_research.evaluation.range_eval import default_lengths
 from pe_research.model import build_model
 from pe_research.runs.restore import LoadedRun
 from pe_research.runtime import data_mesh, ensemble_mesh, member_batch_sharded, replicated
-from pe_research.sweeps.grouping import group_points, members_cap
+from pe_research.sweeps.grouping import check_members_per_program, group_points, members_cap
 from pe_research.sweeps.report import evaluation_programs
 from pe_research.sweeps.spec import Point, SweepPlan, load_sweep
 from pe_research.tasks import get_task
@@ -124,16 +137,21 @@ def member_configs(plan: SweepPlan, point: Point, members: int, stack: str) -> l
     return configs
 
 
-def step_seconds(configs: Sequence[Any],
-                 steps: int) -> tuple[float, float, float, float | None]:
+def step_seconds(configs: Sequence[Any], steps: int, batch_steps: Sequence[int] | None = None,
+                 widths: tuple[int, int] | None = None,
+                 ) -> tuple[float, float, float, float | None]:
     """(compile seconds, median seconds per step, the same as the training loop runs it with
     each step's batches drawn, the compiled step's memory in GiB) of the members ``configs``
-    stacked, at the widest shape their batches are padded to; a MemoryError (``skipped: ...``)
-    before it runs when the step needs more than the device has."""
+    stacked, at the widest shape their batches are padded to (or on the batches of steps
+    ``batch_steps`` padded to ``widths``); a MemoryError (``skipped: ...``) before it runs when
+    the step needs more than the device has."""
     per_call = min(steps_per_call(c, get_task(c.task.to_dict(), c.data.to_dict()))
                    for c in configs)
-    state, batches = ensemble_train_state(None, len(configs), max(8, 2 * per_call),
-                                          configs=configs)
+    count = max(8, 2 * per_call)
+    if batch_steps is not None:  # as many as the timing cycles through, repeated where fewer
+        batch_steps = [batch_steps[i % len(batch_steps)] for i in range(count)]
+    state, batches = ensemble_train_state(None, len(configs), count, configs=configs,
+                                          batch_steps=batch_steps, widths=widths)
     inputs = widest_calls(groups(batches, per_call))
     start = time.perf_counter()
     executable = state.train.lower(inputs[0]).compile()
@@ -206,12 +224,36 @@ def main() -> None:
     parser.add_argument("--members", default="1,8,32", help="member counts, comma-separated")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per block")
     parser.add_argument("--point", default=None, help="the grid point to measure (its name)")
+    parser.add_argument("--every-shape", action="store_true",
+                        help="also project from the step shapes of every program of the sweep "
+                             "as it groups its runs on this device (benchmarks/"
+                             "sweep_projection.py)")
+    parser.add_argument("--coverage", type=float, default=0.9,
+                        help="with --every-shape: the share of the sweep's steps whose step "
+                             "shapes are timed (the rest take a wider timed shape's time)")
+    parser.add_argument("--members-per-program", default=None,
+                        help="with --every-shape: group as `pe-research sweep "
+                             "--members-per-program` would (default: the sweep file's setting "
+                             "on this device)")
+    parser.add_argument("--shapes-only", action="store_true",
+                        help="print the step shapes of every program (as --every-shape groups "
+                             "them) and their padded tokens; time nothing")
+    parser.add_argument("--shape-samples", type=int, default=200,
+                        help="with --every-shape: steps per program at which shapes are counted")
     parser.add_argument("--stack", default="seeds", choices=("seeds", "points"),
                         help="members differ in seed (one grid point's), or come from every "
                              "grid point that stacks with it (several tasks)")
     overrides, rest = collect_overrides(sys.argv[1:])
     args = parser.parse_args(rest)
     counts = member_counts(args.members)
+    if args.members_per_program is not None:  # before anything compiles
+        check_members_per_program(args.members_per_program)
+    if args.shapes_only:
+        every_shape_seconds(load_sweep(args.sweep_file, overrides), args)
+        return
+    if not 0 < args.coverage <= 1 or args.shape_samples < 1:
+        raise UsageError(f"--coverage {args.coverage} --shape-samples {args.shape_samples}: "
+                         "give a coverage in (0, 1] and at least one sample, e.g. 0.9 and 200")
     plan = load_sweep(args.sweep_file, overrides)
     point = chosen_point(plan.points, args.point)
     config = from_mapping(copy.deepcopy(point.members[0].config))
@@ -267,6 +309,8 @@ def main() -> None:
         print(f"| {label} | {programs:,} | "
               f"{missing[count] if training is None else hours(training)} |", flush=True)
 
+    every_shape = every_shape_seconds(plan, args) if args.every_shape else None
+
     alone = eval_seconds([config])
     programs = evaluation_programs_of(plan)
     first = next(p for p in programs if point.members[0].config in p)
@@ -291,6 +335,75 @@ def main() -> None:
             continue
         print(f"| {label} | {programs:,} | {hours(training)} | {hours(evaluation)} | "
               f"{hours(training + evaluation)} |")
+    if every_shape is not None:
+        label, programs, training = every_shape
+        evaluation = evaluations[1]
+        print(f"| {label} | {programs:,} | "
+              + (f"{hours(training)} | {hours(evaluation)} | {hours(training + evaluation)} |"
+                 if training is not None else f"does not fit | {hours(evaluation)} | - |"))
+
+
+def every_shape_seconds(plan: SweepPlan, args: argparse.Namespace,
+                        ) -> tuple[str, int, float | None]:
+    """(grouping, programs, training seconds with each shape's compile, or None when a timed
+    shape does not fit) of the sweep grouped as it groups its runs on this device, each program
+    at the step shapes it draws (``sweep_projection.py``); prints each timed class and the
+    projection."""
+    setting = check_members_per_program(args.members_per_program or plan.members_per_program)
+    cap = members_cap(setting, "local", {})
+    programs = sweep_programs(plan, cap, args.shape_samples)
+    weights = class_weights(programs)
+    timed = chosen_classes(weights, args.coverage)
+    models = list(dict.fromkeys(step_class.key for step_class in weights))
+    first_point = {}  # a model's name: the first grid point that trains it
+    for point in plan.points:
+        first_point.setdefault(program_key(point.members[0].config), point.name)
+    label = ("one per grid point" if cap == 0 else f"up to {cap} members per program") + \
+        ", every program's own shapes"
+    covered = sum(weights.get(step_class, 0.0) for step_class in timed)
+    print(f"\nevery program's step shapes ({label}): {len(programs):,} programs, "
+          f"{len(weights)} step classes (model x members x shape) over {args.shape_samples} "
+          f"sampled steps each; a member's row pays {padded_tokens(programs):.1f} source + "
+          "target tokens a step on average, padding included; "
+          + ("shares of the steps only:" if args.shapes_only else
+             f"{len(timed)} timed, {covered:.1%} of the steps;") + " models:")
+    for number, key in enumerate(models, 1):
+        print(f"  model {number}: as grid point {first_point[key]}")
+    if args.shapes_only:
+        print("| model | members | source x target width | share of steps |")
+        print("|---:|---:|---|---:|")
+        for step_class in sorted(weights, key=lambda c: -weights[c]):
+            print(f"| {models.index(step_class.key) + 1} | {step_class.members} | "
+                  f"{step_class.widths[0]} x {step_class.widths[1]} | "
+                  f"{weights[step_class]:.1%} |")
+        return label, len(programs), None
+    print("| model | members | source x target width | share of steps | loop ms/step "
+          "| compile (s) | step memory (GB) |")
+    print("|---:|---:|---|---:|---:|---:|---:|")
+    loop_s: dict[StepClass, float] = {}
+    compile_s: dict[StepClass, float] = {}
+    for step_class in timed:
+        program, steps = timing_program(step_class, programs)
+        configs = [from_mapping(copy.deepcopy(c)) for c in program.configs]
+        row = (f"| {models.index(step_class.key) + 1} | {step_class.members} | "
+               f"{step_class.widths[0]} x {step_class.widths[1]} | "
+               f"{weights.get(step_class, 0.0):.1%} |")
+        try:
+            compiled, _, loop, needed = step_seconds(configs, args.steps, steps,
+                                                     step_class.widths)
+        except MemoryError as error:
+            print(f"{row} {error} | | |", flush=True)
+            return label, len(programs), None
+        loop_s[step_class], compile_s[step_class] = loop, compiled
+        print(f"{row} {loop * 1e3:.2f} | {compiled:.1f} | "
+              f"{'-' if needed is None else f'{needed:.3g}'} |", flush=True)
+    training, compiling = projected_training(programs, loop_s, compile_s)
+    untimed = [c for c in weights if c not in loop_s]
+    print(f"projected training, every program at its own shapes: {hours(training)} h of steps "
+          f"+ {hours(compiling)} h of compiles (one per shape a program draws)"
+          + (f"; {len(untimed)} untimed classes ({sum(weights[c] for c in untimed):.1%} of the "
+             "steps) at the narrowest timed shape that holds them" if untimed else ""))
+    return label, len(programs), training + compiling
 
 
 def training_seconds(plan: SweepPlan, rate: dict[int, float],

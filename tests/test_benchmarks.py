@@ -261,6 +261,10 @@ def test_step_profile_attributes_a_cpu_ensemble_step_to_the_models_parts():
      "error: --members 0: give positive counts, e.g. 1,4,8"),
     (("sweep_throughput.py", "configs/sweeps/demo.py", "--members", "0"),
      "error: --members 0: give positive counts, e.g. 1,8,32"),
+    (("sweep_throughput.py", "configs/sweeps/demo.py", "--coverage", "1.5"),
+     "error: --coverage 1.5 --shape-samples 200: give a coverage in (0, 1] and at least one "),
+    (("sweep_throughput.py", "configs/sweeps/demo.py", "--members-per-program", "0"),
+     "error: --members-per-program='0' is invalid: a positive number of members, 'auto' "),
     (("sweep_throughput.py", "configs/sweeps/demo.py", "--point", "pe.type=nope"),
      "error: --point pe.type=nope: no such grid point; the sweep has 4, e.g. pe.type=none, "),
     (("ensemble_speed.py", "--config", "configs/randomized_pe_benchmark.py",
@@ -334,7 +338,7 @@ def test_the_gpu_session_names_its_stages_and_parts_when_given_others(tmp_path):
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
     assert done.stderr == ("SPEED_PARTS: no part 'mfu'; choose from: first_program "
-                           "costliest_program large ensemble length_stream\n")
+                           "costliest_program large ensemble length_stream every_shape\n")
     assert not (tmp_path / "out").exists()
 
 
@@ -356,9 +360,11 @@ def test_sweep_throughput_measures_each_member_count_and_projects_the_sweep(tmp_
     grid = ('[{"model.pe.type": "rope", "data.train_lengths": (1, 6)}, '
             '{"model.pe.type": "rope", "task.name": "copy"}, {"model.pe.type": "alibi"}]')
     sweep_file = write_sweep(tmp_path / "s.py", grid=grid, seeds="(0, 1)",
-                             **{"train.steps": 30})
+                             **{"train.steps": 30, "data.length_sampling": "per_batch",
+                                "data.buckets": (4, 8, 16, 32)})
     out = run_script("benchmarks/sweep_throughput.py", str(sweep_file), "--members", "1,4",
-                     "--steps", "2", "--stack", "points")
+                     "--steps", "2", "--stack", "points", "--every-shape", "--coverage", "1",
+                     "--shape-samples", "30")
     assert ("3 grid points, 6 runs of 30 steps; measured point pe.type=rope,train_lengths=1-6"
             " (2 members); members from the 2 grid points that stack with it (2 tasks)") in out
     measured = table_rows(out, "| members per program")
@@ -371,7 +377,7 @@ def test_sweep_throughput_measures_each_member_count_and_projects_the_sweep(tmp_
         assert row == pytest.approx(members / loop_ms * 1e3, rel=0.02)
     best = max(rate, key=rate.get)
     training_only = table_rows(out, "| grouping | programs | training |")
-    projected = table_rows(out, "| grouping | programs | training | evaluation")
+    projected = table_rows(out, "| grouping | programs | training | evaluation")[:3]
     assert [row[:3] for row in training_only] == [row[:3] for row in projected]
     assert [row[0] for row in projected] == [
         "one program per run", "one per grid point (pe-research sweep)",
@@ -391,6 +397,124 @@ def test_sweep_throughput_measures_each_member_count_and_projects_the_sweep(tmp_
         assert training == pytest.approx(seconds / 3600, rel=0.02)
         assert evaluation == pytest.approx(evaluated / 3600, rel=0.05, abs=1e-4)
         assert total == pytest.approx(training + evaluation, rel=0.02)
+    # Every program's own shapes: the sweep's 3 programs (one per grid point, as its file asks)
+    # of two models, every step class timed; the steps' hours are the classes' shares of the 90
+    # program-steps at their loop times, and the compiles come on top.
+    assert "3 programs" in out and "100.0% of the steps" in out
+    classes = table_rows(out, "| model | members | source x target width")
+    assert {row[0] for row in classes} == {"1", "2"} and {row[1] for row in classes} == {"2"}
+    assert sum(float(row[3].rstrip("%")) for row in classes) == pytest.approx(100, abs=0.3)
+    steps_h, compiles_h = (float(value) for value in re.search(
+        r"every program at its own shapes: ([0-9.e-]+) h of steps \+ ([0-9.e-]+) h of compiles",
+        out).groups())
+    assert steps_h == pytest.approx(sum(float(row[3].rstrip("%")) / 100 * 90 * float(row[4])
+                                        / 1e3 for row in classes) / 3600, rel=0.02)
+    assert compiles_h >= sum(float(row[5]) for row in classes) / 3600 * 0.99
+    every = table_rows(out, "| grouping | programs | training | evaluation")[-1]
+    assert every[:2] == ["one per grid point, every program's own shapes", "3"]
+    assert float(every[2]) == pytest.approx(steps_h + compiles_h, rel=0.02)
+
+
+def test_every_shape_projection_times_the_heaviest_shapes_and_bounds_the_rest():
+    """Golden figures: three programs of two models; each model's covering shape is always
+    timed, heavier shapes next; an untimed shape takes the narrowest timed one that holds it;
+    each program pays its steps at each shape and one compile per shape it draws."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from sweep_projection import (
+        Program,
+        StepClass,
+        chosen_classes,
+        class_weights,
+        padded_tokens,
+        projected_training,
+        timed_as,
+    )
+
+    def program(key: str, members: int, shares: dict) -> Program:
+        configs = [{"train": {"steps": 100}, "model": {"kind": key}, "seed": k}
+                   for k in range(members)]
+        return Program(configs, shares, {widths: [0] for widths in shares})
+
+    programs = [program("a", 2, {(8, 16): 0.5, (16, 16): 0.5}),
+                program("a", 2, {(16, 32): 1.0}), program("b", 3, {(8, 8): 1.0})]
+    a, b = programs[0].key, programs[2].key
+    assert a == programs[1].key != b
+    weights = class_weights(programs)
+    assert weights == pytest.approx({StepClass(a, 2, (8, 16)): 1 / 6,
+                                     StepClass(a, 2, (16, 16)): 1 / 6,
+                                     StepClass(a, 2, (16, 32)): 1 / 3,
+                                     StepClass(b, 3, (8, 8)): 1 / 3})
+    covers = [StepClass(a, 2, (16, 32)), StepClass(b, 3, (8, 8))]
+    assert chosen_classes(weights, 0.5) == covers  # 2/3 of the steps already
+    timed = chosen_classes(weights, 0.8)
+    assert timed == [*covers, StepClass(a, 2, (8, 16))]
+    assert timed_as(StepClass(a, 2, (16, 16)), timed) == StepClass(a, 2, (16, 32))
+    assert timed_as(StepClass(a, 2, (8, 8)), timed) == StepClass(a, 2, (8, 16))
+    loop_s = dict(zip(timed, (0.03, 0.01, 0.02), strict=True))
+    compile_s = dict(zip(timed, (2.0, 1.0, 1.5), strict=True))
+    training, compiling = projected_training(programs, loop_s, compile_s)
+    assert training == pytest.approx(100 * (0.5 * 0.02 + 0.5 * 0.03) + 100 * 0.03 + 100 * 0.01)
+    assert compiling == pytest.approx((1.5 + 2.0) + 2.0 + 1.0)
+    # A member's row: 24 and 32 tokens half the time each, 48, and 16 for the third program's
+    # three members, over 200 + 200 + 300 member-steps.
+    assert padded_tokens(programs) == pytest.approx((200 * 28 + 200 * 48 + 300 * 16) / 700)
+
+
+def test_shapes_only_lists_every_programs_shapes_without_timing(tmp_path):
+    """``--shapes-only``: the grouping asked for, each class's share of the steps (summing to
+    one), the padded tokens; no step compiled, no timing column."""
+    grid = '[{"model.pe.type": "rope"}, {"model.pe.type": "rope", "task.name": "copy"}]'
+    sweep_file = write_sweep(tmp_path / "s.py", grid=grid, seeds="(0, 1)",
+                             **{"train.steps": 30, "data.length_sampling": "per_batch",
+                                "data.buckets": (4, 8, 16, 32)})
+    out = run_script("benchmarks/sweep_throughput.py", str(sweep_file), "--shapes-only",
+                     "--members-per-program", "4", "--shape-samples", "30")
+    assert "(up to 4 members per program, every program's own shapes): 1 programs" in out
+    rows = table_rows(out, "| model | members | source x target width | share of steps |")
+    assert len(rows[0]) == 4 and {row[:2] for row in map(tuple, rows)} == {("1", "4")}
+    assert sum(float(row[3].rstrip("%")) for row in rows) == pytest.approx(100, abs=0.3)
+    tokens = float(re.search(r"pays ([0-9.]+) source \+ target tokens", out).group(1))
+    assert tokens == pytest.approx(sum(
+        float(row[3].rstrip("%")) / 100 * sum(int(w) for w in row[2].split(" x "))
+        for row in rows), abs=0.3)
+    assert "ms/step" not in out
+
+
+def test_program_shapes_count_the_widest_members_widths_at_sampled_steps():
+    """Members of two tasks drawing their own lengths: each sampled step's shape is the widest
+    member's widths (as the trainer stacks their batches), with each run's length stream and
+    with a shared one; the shares sum to one."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from sweep_projection import program_shapes, sampled_steps
+
+    from pe_research import data
+    from pe_research.config import load_config
+    from pe_research.tasks import get_task
+
+    assert sampled_steps(10, 20) == list(range(10))
+    assert sampled_steps(1000, 4) == [0, 250, 500, 750]
+    configs = []
+    for k, task in enumerate(("reverse_string", "duplicate_string", "reverse_string")):
+        config = load_config(REPO / "configs/default.py", [
+            f"--config.task.name={task}", "--config.data.length_sampling=per_batch",
+            "--config.data.train_lengths=(1, 12)", "--config.data.buckets=(4, 8, 16, 32, 64, 128)",
+            "--config.train.steps=300", "--config.eval.lengths=(4, 8, 16)",
+            "--config.train.eval_lengths=(16,)"]).to_dict()
+        config["seed"] = k
+        configs.append(config)
+    for stream in ("seed", "shared"):
+        for config in configs:
+            config["data"]["length_stream"] = stream
+        program = program_shapes(configs, 50)
+        assert sum(program.shares.values()) == pytest.approx(1.0)
+        assert sum(len(steps) for steps in program.steps_at.values()) == 50
+        tasks = [get_task(c["task"], c["data"]) for c in configs]
+        for widths, steps in program.steps_at.items():
+            for step in steps[:3]:
+                batch = data.stack_batches([data.train_batch(task, c["data"], c["seed"], step)
+                                            for task, c in zip(tasks, configs, strict=True)])
+                assert (batch["source"].shape[2], batch["target_input"].shape[2]) == widths
+        assert len(program.shares) >= 3
 
 
 def test_sweep_throughput_skips_the_member_counts_the_device_cannot_hold(tmp_path, monkeypatch):

@@ -98,6 +98,22 @@ def test_a_shared_length_stream_gives_every_seed_the_same_lengths_not_the_same_e
         data.check_data_config(reverse, data_cfg(length_stream="run"))
 
 
+def test_train_widths_are_the_shape_train_batch_pads_to(reverse):
+    """Without making an example, each step's widths for both length streams and samplings."""
+    for cfg in (data_cfg(), data_cfg(length_stream="shared"),
+                data_cfg(length_sampling="mixed", batch_size=64)):
+        widths = {data.train_widths(reverse, cfg, 3, step) for step in range(40)}
+        for step in range(40):
+            batch = data.train_batch(reverse, cfg, 3, step)
+            assert data.train_widths(reverse, cfg, 3, step) == (batch["source"].shape[1],
+                                                                batch["target_input"].shape[1])
+        possible = data.train_shapes(reverse, cfg)
+        if cfg["length_sampling"] == "mixed":  # every batch holds the longest length's bucket
+            assert widths == {max(possible)}
+        else:
+            assert widths <= possible and len(widths) >= 3
+
+
 def test_mixed_sampling_draws_each_length_of_the_range_uniformly(reverse):
     lengths = np.concatenate([data.train_batch(reverse, data_cfg(
         batch_size=64, length_sampling="mixed", train_lengths=(3, 6)), 0, step)["lengths"]

@@ -16,6 +16,7 @@ from pe_research.data.batches import (
     train_batch,
     train_shapes,
     train_target_width,
+    train_widths,
 )
 from pe_research.data.eval_sets import (
     eval_batch_rows,
@@ -34,5 +35,5 @@ __all__ = [
     "covering_buckets", "eval_batch_rows", "eval_batches", "eval_dataset", "eval_fingerprint",
     "eval_lengths_of", "eval_set_path", "eval_widths", "global_batch", "make_batch",
     "one_shape_per_source_bucket", "pad_to", "stack_batches", "train_batch", "train_shapes",
-    "train_target_width",
+    "train_target_width", "train_widths",
 ]

@@ -121,9 +121,24 @@ def train_batch(task: Task, data_cfg: Mapping[str, Any], seed: int, step: int,
     """
     global_size = int(data_cfg["batch_size"])
     check_divisible("data.batch_size", global_size, process_count, "process count")
+    keys, source_width, target_width = _batch_plan(task, data_cfg, seed, step)
+    local_size = global_size // process_count
+    local_keys = keys[process_index * local_size:(process_index + 1) * local_size]
+    rng = np.random.default_rng([seed, EXAMPLE_STREAM, step, process_index])
+    return make_batch(task.make_examples(local_keys, rng), source_width, target_width)
+
+def train_widths(task: Task, data_cfg: Mapping[str, Any], seed: int,
+                 step: int) -> tuple[int, int]:
+    """(source width, target width) of training batch ``step``, drawing no example: the shape
+    ``train_batch`` pads it to."""
+    return _batch_plan(task, data_cfg, seed, step)[1:]
+
+def _batch_plan(task: Task, data_cfg: Mapping[str, Any], seed: int,
+                step: int) -> tuple[Any, int, int]:
+    """(the global batch's example keys, its source width, its target width) of ``step``."""
     shared = data_cfg.get("length_stream", "seed") == "shared"
     plan_rng = np.random.default_rng([PLAN_STREAM, step] if shared else [seed, PLAN_STREAM, step])
-    keys = task.draw_train_keys(plan_rng, global_size, data_cfg["train_lengths"],
+    keys = task.draw_train_keys(plan_rng, int(data_cfg["batch_size"]), data_cfg["train_lengths"],
                                 data_cfg.get("length_sampling", "per_batch"))
     source_len, target_len = task.max_lengths(keys)
     buckets = tuple(data_cfg["buckets"])
@@ -131,10 +146,7 @@ def train_batch(task: Task, data_cfg: Mapping[str, Any], seed: int, step: int,
     target_width = max(bucket_length(target_len + 1, buckets),
                        train_target_width(task, tuple(data_cfg["train_lengths"]), buckets,
                                           source_width))
-    local_size = global_size // process_count
-    local_keys = keys[process_index * local_size:(process_index + 1) * local_size]
-    rng = np.random.default_rng([seed, EXAMPLE_STREAM, step, process_index])
-    return make_batch(task.make_examples(local_keys, rng), source_width, target_width)
+    return keys, source_width, target_width
 
 @functools.lru_cache(maxsize=64)
 def train_target_width(task: Task, train_lengths: tuple[int, int], buckets: tuple[int, ...],
