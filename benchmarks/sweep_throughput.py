@@ -25,10 +25,10 @@ stacks with the measured one (``--stack points``: tasks of several vocabularies,
 
 Projected for the whole sweep on this device: training (``train.steps`` per run) and evaluation
 (one program per run: runs x one member's; grouped: the report's evaluation programs x the first
-one's). Training counts the step and its batches as the loop runs them; evaluations during
-training and checkpoints come on top (benchmarks/RESULTS.md compares projections with a sweep's
-measured time). The first three groupings take every grid point to cost what the measured one
-does at its widest shape, each bucket's compile left out; the fourth does not:
+one's). Training counts the step and its batches as the loop runs them; checkpoints come on top
+(benchmarks/RESULTS.md compares projections with a sweep's measured time). The first three
+groupings take every grid point to cost what the measured one does at its widest shape, each
+bucket's compile and the evaluations during training left out; the fourth does not:
 
 - one program per run (M = 1);
 - as ``pe-research sweep`` groups runs: one program per grid point, of its members;
@@ -38,7 +38,9 @@ does at its widest shape, each bucket's compile left out; the fourth does not:
 - with ``--every-shape``, as the sweep groups its runs on this device (its
   ``members_per_program``), each program at the step shapes it draws, the heaviest timed and
   each shape's compile counted (``sweep_projection.py``), so the mix of tasks, their sequence
-  lengths and ``data.length_stream=shared`` count as they run.
+  lengths and ``data.length_stream=shared`` count as they run; and the evaluations during
+  training (``train.eval_every``), member by member as the loop runs them, each program's at
+  the first program's cost per member.
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ from pe_research.sweeps.grouping import check_members_per_program, group_points,
 from pe_research.sweeps.report import evaluation_programs
 from pe_research.sweeps.spec import Point, SweepPlan, load_sweep
 from pe_research.tasks import get_task
+from pe_research.training.ensemble import member_evaluators, stacked_steps
 
 
 def chosen_point(points: Sequence[Point], name: str | None) -> Point:
@@ -211,6 +214,33 @@ def eval_seconds(configs: Sequence[Any]) -> float:
         start = time.perf_counter()
         evaluate_members(runs)
         return time.perf_counter() - start
+
+
+def training_eval_seconds(configs: Sequence[Any]) -> tuple[float, float]:
+    """(first, second) wall seconds of one evaluation during training of the untrained members
+    ``configs`` of one program, member by member as the training loop runs it (each member's
+    ``PeriodicEvaluator``; the first pass compiles), their eval sets made before either."""
+    tasks = [get_task(c.task.to_dict(), c.data.to_dict()) for c in configs]
+    program = stacked_steps(configs, [task.vocabulary.size for task in tasks],
+                            ensemble_mesh(len(configs)))
+    eval_mesh = data_mesh(jax.local_devices())
+    params = [jax.device_put(own, replicated(eval_mesh)) for _, own, _ in program.split]
+    with tempfile.TemporaryDirectory(prefix="sweep_throughput_") as root:
+        evaluators = member_evaluators(program, configs, tasks, eval_mesh,
+                                       [Path(root) / f"member_{k}" for k in range(len(configs))])
+        passes = []
+        for _ in range(2):
+            start = time.perf_counter()
+            for evaluator, member_params in zip(evaluators, params, strict=True):
+                evaluator(member_params)
+            passes.append(time.perf_counter() - start)
+    return passes[0], passes[1]
+
+
+def evaluations_per_run(train_cfg: Any) -> int:
+    """Evaluations during one run's training: every ``eval_every`` steps and at its end."""
+    total, every = int(train_cfg["steps"]), int(train_cfg["eval_every"])
+    return 0 if every <= 0 else total // every + (1 if total % every else 0)
 
 
 def hours(seconds: float) -> str:
@@ -402,8 +432,38 @@ def every_shape_seconds(plan: SweepPlan, args: argparse.Namespace,
     print(f"projected training, every program at its own shapes: {hours(training)} h of steps "
           f"+ {hours(compiling)} h of compiles (one per shape a program draws)"
           + (f"; {len(untimed)} untimed classes ({sum(weights[c] for c in untimed):.1%} of the "
-             "steps) at the narrowest timed shape that holds them" if untimed else ""))
-    return label, len(programs), training + compiling
+             "steps) at the narrowest timed shape that holds them" if untimed else ""),
+          flush=True)
+    evaluating = in_training_evaluation(programs, models)
+    return label, len(programs), training + compiling + evaluating
+
+
+def in_training_evaluation(programs: Sequence[Any], models: Sequence[str]) -> float:
+    """Seconds of every program's evaluations during training (``train.eval_every``): each
+    model's first program timed, every program of that model at its cost per member, one
+    compile per program; prints what it measured (models numbered as in ``models``)."""
+    per_run = evaluations_per_run(programs[0].configs[0]["train"])
+    if per_run == 0:
+        print("evaluation during training: none (train.eval_every = 0)")
+        return 0.0
+    first: dict[str, Any] = {}
+    for program in programs:
+        first.setdefault(program.key, program)
+    cost = {}  # model: (first pass seconds, seconds per member after)
+    for key, program in first.items():
+        first_s, again_s = training_eval_seconds(
+            [from_mapping(copy.deepcopy(c)) for c in program.configs])
+        cost[key] = (first_s, again_s / len(program.configs))
+        print(f"evaluation during training ({per_run} a run, member by member as the loop runs "
+              f"it), model {models.index(key) + 1}'s first program of "
+              f"{len(program.configs)} members: {first_s:.1f} s the first time (compiles), "
+              f"{again_s:.2f} s after", flush=True)
+    total = sum(evaluations_per_run(p.configs[0]["train"]) * len(p.configs) * cost[p.key][1]
+                + cost[p.key][0] - cost[p.key][1] * len(first[p.key].configs)
+                for p in programs)
+    print(f"evaluation during training, every program at its model's cost a member: "
+          f"{hours(total)} h", flush=True)
+    return total
 
 
 def training_seconds(plan: SweepPlan, rate: dict[int, float],

@@ -410,9 +410,23 @@ def test_sweep_throughput_measures_each_member_count_and_projects_the_sweep(tmp_
     assert steps_h == pytest.approx(sum(float(row[3].rstrip("%")) / 100 * 90 * float(row[4])
                                         / 1e3 for row in classes) / 3600, rel=0.02)
     assert compiles_h >= sum(float(row[5]) for row in classes) / 3600 * 0.99
+    # Evaluations during training (every 20 of 30 steps: 2 a run), member by member: each
+    # model's first program timed (RoPE's two programs at its cost, ALiBi's its own).
+    measured = {int(model): (float(first), float(again)) for model, first, again in re.findall(
+        r"evaluation during training \(2 a run, member by member as the loop runs it\), model "
+        r"(\d)'s first program of 2 members: ([0-9.]+) s the first time \(compiles\), "
+        r"([0-9.]+) s after", out)}
+    assert sorted(measured) == [1, 2]
+    assert all(first > again >= 0 for first, again in measured.values())  # the first compiles
+    evaluating_h = float(re.search(r"evaluation during training, every program at its model's "
+                                   r"cost a member: ([0-9.e-]+) h", out).group(1))
+    rope, alibi = measured[1], measured[2]
+    assert evaluating_h == pytest.approx((2 * (2 * rope[1] + rope[0] - rope[1])
+                                          + 2 * alibi[1] + alibi[0] - alibi[1]) / 3600,
+                                         rel=0.05, abs=2e-6)
     every = table_rows(out, "| grouping | programs | training | evaluation")[-1]
     assert every[:2] == ["one per grid point, every program's own shapes", "3"]
-    assert float(every[2]) == pytest.approx(steps_h + compiles_h, rel=0.02)
+    assert float(every[2]) == pytest.approx(steps_h + compiles_h + evaluating_h, rel=0.02)
 
 
 def test_every_shape_projection_times_the_heaviest_shapes_and_bounds_the_rest():
@@ -455,6 +469,9 @@ def test_every_shape_projection_times_the_heaviest_shapes_and_bounds_the_rest():
     training, compiling = projected_training(programs, loop_s, compile_s)
     assert training == pytest.approx(100 * (0.5 * 0.02 + 0.5 * 0.03) + 100 * 0.03 + 100 * 0.01)
     assert compiling == pytest.approx((1.5 + 2.0) + 2.0 + 1.0)
+    from sweep_throughput import evaluations_per_run
+    assert [evaluations_per_run({"steps": steps, "eval_every": every})
+            for steps, every in ((30, 20), (100, 50), (100, 0), (5, 10))] == [2, 2, 0, 1]
     # A member's row: 24 and 32 tokens half the time each, 48, and 16 for the third program's
     # three members, over 200 + 200 + 300 member-steps.
     assert padded_tokens(programs) == pytest.approx((200 * 28 + 200 * 48 + 300 * 16) / 700)

@@ -239,6 +239,35 @@ def stacked_steps(configs: Sequence[ml_collections.ConfigDict], vocab_sizes: Seq
         for k in range(len(configs))])
 
 
+def member_evaluators(program: StackedProgram, configs: Sequence[ml_collections.ConfigDict],
+                      tasks: Sequence[Any], eval_mesh: Mesh,
+                      run_dirs: Sequence[Path]) -> list[PeriodicEvaluator]:
+    """Each member's evaluation during training, on its own frozen eval set and with its own
+    key and settings, taking its own params: the program's evaluation where the member's model
+    is the program's, else one function per model the members have (so each compiles once)."""
+    vocab_sizes = [task.vocabulary.size for task in tasks]
+    # What a member's evaluation depends on: its vocabulary, its range, whether it scores the end.
+    own_model = [(size, randomized, bool(config.train.predict_eos)) for size, randomized, config
+                 in zip(vocab_sizes, program.ranges, configs, strict=True)]
+    wide = program.wide
+    program_model = (vocab_sizes[wide], max(program.ranges),
+                     bool(configs[wide].train.predict_eos))
+    functions = {shape: program.steps.evaluate_with_key if shape == program_model
+                 else eval_function(program.split[k][0], program.split[k][2], configs[k].train,
+                                    configs[k].eval.query_block)
+                 for k, shape in enumerate(own_model)}
+
+    def evaluate(k: int) -> Any:
+        """Member k's ``(params, batch) -> sums``."""
+        function, key = functions[own_model[k]], jax.random.key(configs[k].seed)
+        settings = program.model_settings[k] or None
+        return lambda params, batch: function(params, batch, key, settings)
+
+    return [PeriodicEvaluator(config, task, eval_mesh, evaluate(k), run_dir)
+            for k, (config, task, run_dir) in enumerate(zip(configs, tasks, run_dirs,
+                                                            strict=True))]
+
+
 def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
                   cleanup: contextlib.ExitStack) -> EnsembleResult:
     vocab_sizes = [task.vocabulary.size for task in tasks]
@@ -265,14 +294,6 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
     # Each member's own shapes: what it saves and restores, and what evaluates it.
     own = [(abstract_like(p, on_eval_mesh), abstract_like(o, on_eval_mesh))
            for p, o in zip(member_params, member_opt, strict=True)]
-    # What a member's evaluation depends on: its vocabulary, its range, whether it scores the end.
-    own_model = [(size, randomized, bool(config.train.predict_eos))
-                 for size, randomized, config in zip(vocab_sizes, ranges, configs, strict=True)]
-    program_model = (vocab_sizes[wide], max(ranges), bool(configs[wide].train.predict_eos))
-    evaluators = {shape: steps.evaluate_with_key if shape == program_model
-                  else eval_function(split[k][0], split[k][2], configs[k].train,
-                                     configs[k].eval.query_block)
-                  for k, shape in enumerate(own_model)}
     checkpointers = [run_checkpointer(config, run_dir)
                      for config, run_dir in zip(configs, run_dirs, strict=True)]
     for checkpointer in checkpointers:
@@ -303,21 +324,18 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
           f"{mesh.shape[DATA_AXIS]} devices (members x data)", flush=True)
     print(model_line(configs[wide], vocab_sizes[wide], member_params[wide]), flush=True)
 
-    members = []
+    writers = []
     for k, (config, run_dir, task) in enumerate(zip(configs, run_dirs, tasks, strict=True)):
         prepare_run_dir(config, run_dir, task, changes[k], start, initialised[k])
-        writer = make_writer(config.wandb, run_dir, resume_step=start if restored else None,
-                             hparams={**to_dict(config),
-                                      "provenance": provenance.environment()})
-        cleanup.callback(writer.finish)
-        evaluate_with_key, base_key = evaluators[own_model[k]], jax.random.key(config.seed)
-        evaluator = PeriodicEvaluator(
-            config, task, eval_mesh,
-            lambda params, batch, f=evaluate_with_key, key=base_key,
-            settings=program.model_settings[k] or None: f(params, batch, key, settings),
-            run_dir)
-        members.append(MemberRun(config, run_dir, vocab_sizes[k], checkpointers[k], writer,
-                                 evaluator, windows[k]))
+        writers.append(make_writer(config.wandb, run_dir,
+                                   resume_step=start if restored else None,
+                                   hparams={**to_dict(config),
+                                            "provenance": provenance.environment()}))
+        cleanup.callback(writers[-1].finish)
+    evaluators = member_evaluators(program, configs, tasks, eval_mesh, run_dirs)
+    members = [MemberRun(config, run_dir, vocab_sizes[k], checkpointers[k], writers[k],
+                         evaluators[k], windows[k])
+               for k, (config, run_dir) in enumerate(zip(configs, run_dirs, strict=True))]
 
     def batch(data_step: int) -> dict[str, jax.Array]:
         local = [data.train_batch(task, config.data, config.seed, data_step)
