@@ -363,7 +363,7 @@ def test_sweep_throughput_measures_each_member_count_and_projects_the_sweep(tmp_
                              **{"train.steps": 30, "data.length_sampling": "per_batch",
                                 "data.buckets": (4, 8, 16, 32)})
     out = run_script("benchmarks/sweep_throughput.py", str(sweep_file), "--members", "1,4",
-                     "--steps", "2", "--stack", "points", "--every-shape", "--coverage", "1",
+                     "--steps", "2", "--stack", "points", "--every-shape", "--coverage", "0.5",
                      "--shape-samples", "30")
     assert ("3 grid points, 6 runs of 30 steps; measured point pe.type=rope,train_lengths=1-6"
             " (2 members); members from the 2 grid points that stack with it (2 tasks)") in out
@@ -398,17 +398,17 @@ def test_sweep_throughput_measures_each_member_count_and_projects_the_sweep(tmp_
         assert evaluation == pytest.approx(evaluated / 3600, rel=0.05, abs=1e-4)
         assert total == pytest.approx(training + evaluation, rel=0.02)
     # Every program's own shapes: the sweep's 3 programs (one per grid point, as its file asks)
-    # of two models, every step class timed; the steps' hours are the classes' shares of the 90
-    # program-steps at their loop times, and the compiles come on top.
-    assert "3 programs" in out and "100.0% of the steps" in out
+    # of two models; at coverage 0.5 each model's covering shape alone is timed, and every step
+    # of a model's programs takes its time: 30 steps of each program. The compiles come on top.
+    assert "3 programs" in out and "2 timed" in out and "at the narrowest timed shape" in out
     classes = table_rows(out, "| model | members | source x target width")
-    assert {row[0] for row in classes} == {"1", "2"} and {row[1] for row in classes} == {"2"}
-    assert sum(float(row[3].rstrip("%")) for row in classes) == pytest.approx(100, abs=0.3)
+    assert [row[:3] for row in classes] == [["1", "2", "8 x 16"], ["2", "2", "8 x 16"]]
+    loop_ms = {row[0]: float(row[4]) for row in classes}
     steps_h, compiles_h = (float(value) for value in re.search(
         r"every program at its own shapes: ([0-9.e-]+) h of steps \+ ([0-9.e-]+) h of compiles",
         out).groups())
-    assert steps_h == pytest.approx(sum(float(row[3].rstrip("%")) / 100 * 90 * float(row[4])
-                                        / 1e3 for row in classes) / 3600, rel=0.02)
+    assert steps_h == pytest.approx(30 * (2 * loop_ms["1"] + loop_ms["2"]) / 1e3 / 3600,
+                                    rel=0.02)
     assert compiles_h >= sum(float(row[5]) for row in classes) / 3600 * 0.99
     # Evaluations during training (every 20 of 30 steps: 2 a run), member by member: each
     # model's first program timed (RoPE's two programs at its cost, ALiBi's its own).
