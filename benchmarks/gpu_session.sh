@@ -20,8 +20,10 @@
 #   data.length_stream=shared, the trainer's steps/s and wall time of each (STREAM_S each), and
 #   every_shape, the table's training projected from every program's own step shapes (programs
 #   of 30 members as the sweep groups them on a GPU, the shapes of COVERAGE of the steps timed,
-#   default 0.8: about 16 compiles) with its evaluations during training (EVERY_SHAPE_EXTRA adds
-#   arguments, e.g. --config.data.length_stream=shared; THROUGHPUT_S), run only when named.
+#   default 0.8: about 16 compiles) with its evaluations during training (a compile and two
+#   passes for each of the 6 models; EVERY_SHAPE_EXTRA adds arguments, e.g.
+#   --config.data.length_stream=shared; give THROUGHPUT_S about 480: the training projection
+#   prints before the evaluations are timed), run only when named.
 # pilot: configs/sweeps/randomized_pe_pilot.py, one cell of that table (plain and randomized,
 #   3 seeds, one program) for PILOT_STEPS of the table's 100,000 steps, evaluated at every
 #   length 1-500, then its table in the paper's metric (PILOT_S in all). On an H200 its 6
