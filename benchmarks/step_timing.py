@@ -15,8 +15,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from pe_research import data, runtime
+from pe_research.config.validate import steps_per_call
 from pe_research.core.device_memory import device_memory_bytes
 from pe_research.core.errors import UsageError
 from pe_research.model.padded_vocab import pad_to
@@ -304,3 +306,45 @@ def compile_train_step(config, batch_count: int = 4, per_call: int = 1,
     return TimedStep(steps, as_called(steps.train, executable), executable, steps.train.leaves,
                      batches, time.perf_counter() - start + lowering_s, per_call,
                      program_flops(lowered))
+
+
+def step_seconds(configs: Sequence[Any], steps: int, batch_steps: Sequence[int] | None = None,
+                 widths: tuple[int, int] | None = None,
+                 ) -> tuple[float, float, float, float | None]:
+    """(compile seconds, median seconds per step, the same as the training loop runs it with
+    each step's batches drawn, the compiled step's memory in GiB) of the members ``configs``
+    stacked, at the widest shape their batches are padded to (or on the batches of steps
+    ``batch_steps`` padded to ``widths``); a MemoryError (``skipped: ...``) before it runs when
+    the step needs more than the device has."""
+    per_call = min(steps_per_call(c, get_task(c.task.to_dict(), c.data.to_dict()))
+                   for c in configs)
+    count = max(8, 2 * per_call)
+    if batch_steps is not None:  # as many as the timing cycles through, repeated where fewer
+        batch_steps = [batch_steps[i % len(batch_steps)] for i in range(count)]
+    state, batches = ensemble_train_state(None, len(configs), count, configs=configs,
+                                          batch_steps=batch_steps, widths=widths)
+    inputs = widest_calls(groups(batches, per_call))
+    start = time.perf_counter()
+    executable = state.train.lower(inputs[0]).compile()
+    compile_s = time.perf_counter() - start
+    needed = check_fits(executable)
+    leaves = state.train.leaves
+    fresh = jax.tree.map(jnp.copy, leaves)  # a call donates its state; the loop's own
+    call = as_called(state.train, executable)
+    first_s, step_s = timed(call, leaves, inputs, steps, per_call=per_call)
+    draw = batch_drawer(configs, member_batch_sharded(ensemble_mesh(len(configs))))
+    loop_s = timed_loop(call, fresh, inputs, draw, steps, per_call=per_call)
+    return compile_s + first_s, step_s, loop_s, needed
+
+
+def batch_drawer(configs: Sequence[Any], sharding: Any = None) -> Callable[[int], Any]:
+    """``draw(step)``: the members' training batches of ``step`` stacked ``[M, B, ...]``, as the
+    ensemble trainer draws them (put on the device with ``sharding``, where given)."""
+    tasks = [get_task(c.task.to_dict(), c.data.to_dict()) for c in configs]
+
+    def draw(step: int) -> Any:
+        stacked = data.stack_batches([data.train_batch(task, c.data, c.seed, step)
+                                      for task, c in zip(tasks, configs, strict=True)])
+        return stacked if sharding is None else jax.device_put(stacked, sharding)
+
+    return draw

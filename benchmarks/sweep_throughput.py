@@ -51,49 +51,32 @@ import math
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 from flax import nnx
 from step_timing import (
-    as_called,
-    check_fits,
-    ensemble_train_state,
-    groups,
+    batch_drawer,
     memory_gb,
     run,
-    timed,
-    timed_loop,
-    widest_calls,
+    step_seconds,
 )
-from sweep_projection import (
-    StepClass,
-    chosen_classes,
-    class_weights,
-    padded_tokens,
-    projected_training,
-    sweep_programs,
-    timing_program,
-)
+from sweep_projection import every_shape_seconds, hours
 
-from pe_research import data
 from pe_research.config import collect_overrides, from_mapping
 from pe_research.config.stacking import program_key
-from pe_research.config.validate import steps_per_call
 from pe_research.core.errors import UsageError
 from pe_research.evaluation.members_eval import evaluate_members, members_key
 from pe_research.evaluation.range_eval import default_lengths
 from pe_research.model import build_model
 from pe_research.runs.restore import LoadedRun
-from pe_research.runtime import data_mesh, ensemble_mesh, member_batch_sharded, replicated
+from pe_research.runtime import data_mesh, replicated
 from pe_research.sweeps.grouping import check_members_per_program, group_points, members_cap
 from pe_research.sweeps.report import evaluation_programs
 from pe_research.sweeps.spec import Point, SweepPlan, load_sweep
 from pe_research.tasks import get_task
-from pe_research.training.ensemble import member_evaluators, stacked_steps
 
 
 def chosen_point(points: Sequence[Point], name: str | None) -> Point:
@@ -140,48 +123,6 @@ def member_configs(plan: SweepPlan, point: Point, members: int, stack: str) -> l
     return configs
 
 
-def step_seconds(configs: Sequence[Any], steps: int, batch_steps: Sequence[int] | None = None,
-                 widths: tuple[int, int] | None = None,
-                 ) -> tuple[float, float, float, float | None]:
-    """(compile seconds, median seconds per step, the same as the training loop runs it with
-    each step's batches drawn, the compiled step's memory in GiB) of the members ``configs``
-    stacked, at the widest shape their batches are padded to (or on the batches of steps
-    ``batch_steps`` padded to ``widths``); a MemoryError (``skipped: ...``) before it runs when
-    the step needs more than the device has."""
-    per_call = min(steps_per_call(c, get_task(c.task.to_dict(), c.data.to_dict()))
-                   for c in configs)
-    count = max(8, 2 * per_call)
-    if batch_steps is not None:  # as many as the timing cycles through, repeated where fewer
-        batch_steps = [batch_steps[i % len(batch_steps)] for i in range(count)]
-    state, batches = ensemble_train_state(None, len(configs), count, configs=configs,
-                                          batch_steps=batch_steps, widths=widths)
-    inputs = widest_calls(groups(batches, per_call))
-    start = time.perf_counter()
-    executable = state.train.lower(inputs[0]).compile()
-    compile_s = time.perf_counter() - start
-    needed = check_fits(executable)
-    leaves = state.train.leaves
-    fresh = jax.tree.map(jnp.copy, leaves)  # a call donates its state; the loop's own
-    call = as_called(state.train, executable)
-    first_s, step_s = timed(call, leaves, inputs, steps, per_call=per_call)
-    draw = batch_drawer(configs, member_batch_sharded(ensemble_mesh(len(configs))))
-    loop_s = timed_loop(call, fresh, inputs, draw, steps, per_call=per_call)
-    return compile_s + first_s, step_s, loop_s, needed
-
-
-def batch_drawer(configs: Sequence[Any], sharding: Any = None) -> Callable[[int], Any]:
-    """``draw(step)``: the members' training batches of ``step`` stacked ``[M, B, ...]``, as the
-    ensemble trainer draws them (put on the device with ``sharding``, where given)."""
-    tasks = [get_task(c.task.to_dict(), c.data.to_dict()) for c in configs]
-
-    def draw(step: int) -> Any:
-        stacked = data.stack_batches([data.train_batch(task, c.data, c.seed, step)
-                                      for task, c in zip(tasks, configs, strict=True)])
-        return stacked if sharding is None else jax.device_put(stacked, sharding)
-
-    return draw
-
-
 def data_seconds(configs: Sequence[Any], steps: int) -> float:
     """Host seconds per step to draw and stack the members' training batches, as the training
     loop does before each step."""
@@ -214,38 +155,6 @@ def eval_seconds(configs: Sequence[Any]) -> float:
         start = time.perf_counter()
         evaluate_members(runs)
         return time.perf_counter() - start
-
-
-def training_eval_seconds(configs: Sequence[Any]) -> tuple[float, float]:
-    """(first, second) wall seconds of one evaluation during training of the untrained members
-    ``configs`` of one program, member by member as the training loop runs it (each member's
-    ``PeriodicEvaluator``; the first pass compiles), their eval sets made before either."""
-    tasks = [get_task(c.task.to_dict(), c.data.to_dict()) for c in configs]
-    program = stacked_steps(configs, [task.vocabulary.size for task in tasks],
-                            ensemble_mesh(len(configs)))
-    eval_mesh = data_mesh(jax.local_devices())
-    params = [jax.device_put(own, replicated(eval_mesh)) for _, own, _ in program.split]
-    with tempfile.TemporaryDirectory(prefix="sweep_throughput_") as root:
-        evaluators = member_evaluators(program, configs, tasks, eval_mesh,
-                                       [Path(root) / f"member_{k}" for k in range(len(configs))])
-        passes = []
-        for _ in range(2):
-            start = time.perf_counter()
-            for evaluator, member_params in zip(evaluators, params, strict=True):
-                evaluator(member_params)
-            passes.append(time.perf_counter() - start)
-    return passes[0], passes[1]
-
-
-def evaluations_per_run(train_cfg: Any) -> int:
-    """Evaluations during one run's training: every ``eval_every`` steps and at its end."""
-    total, every = int(train_cfg["steps"]), int(train_cfg["eval_every"])
-    return 0 if every <= 0 else total // every + (1 if total % every else 0)
-
-
-def hours(seconds: float) -> str:
-    """Seconds as hours, three significant digits (a tiny sweep's are fractions of one)."""
-    return f"{seconds / 3600:.3g}"
 
 
 def main() -> None:
@@ -371,99 +280,6 @@ def main() -> None:
         print(f"| {label} | {programs:,} | "
               + (f"{hours(training)} | {hours(evaluation)} | {hours(training + evaluation)} |"
                  if training is not None else f"does not fit | {hours(evaluation)} | - |"))
-
-
-def every_shape_seconds(plan: SweepPlan, args: argparse.Namespace,
-                        ) -> tuple[str, int, float | None]:
-    """(grouping, programs, training seconds with each shape's compile, or None when a timed
-    shape does not fit) of the sweep grouped as it groups its runs on this device, each program
-    at the step shapes it draws (``sweep_projection.py``); prints each timed class and the
-    projection."""
-    setting = check_members_per_program(args.members_per_program or plan.members_per_program)
-    cap = members_cap(setting, "local", {})
-    programs = sweep_programs(plan, cap, args.shape_samples)
-    weights = class_weights(programs)
-    timed = chosen_classes(weights, args.coverage)
-    models = list(dict.fromkeys(step_class.key for step_class in weights))
-    first_point = {}  # a model's name: the first grid point that trains it
-    for point in plan.points:
-        first_point.setdefault(program_key(point.members[0].config), point.name)
-    label = ("one per grid point" if cap == 0 else f"up to {cap} members per program") + \
-        ", every program's own shapes"
-    covered = sum(weights.get(step_class, 0.0) for step_class in timed)
-    print(f"\nevery program's step shapes ({label}): {len(programs):,} programs, "
-          f"{len(weights)} step classes (model x members x shape) over {args.shape_samples} "
-          f"sampled steps each; a member's row pays {padded_tokens(programs):.1f} source + "
-          "target tokens a step on average, padding included; "
-          + ("shares of the steps only:" if args.shapes_only else
-             f"{len(timed)} timed, {covered:.1%} of the steps;") + " models:")
-    for number, key in enumerate(models, 1):
-        print(f"  model {number}: as grid point {first_point[key]}")
-    if args.shapes_only:
-        print("| model | members | source x target width | share of steps |")
-        print("|---:|---:|---|---:|")
-        for step_class in sorted(weights, key=lambda c: -weights[c]):
-            print(f"| {models.index(step_class.key) + 1} | {step_class.members} | "
-                  f"{step_class.widths[0]} x {step_class.widths[1]} | "
-                  f"{weights[step_class]:.1%} |")
-        return label, len(programs), None
-    print("| model | members | source x target width | share of steps | loop ms/step "
-          "| compile (s) | step memory (GB) |")
-    print("|---:|---:|---|---:|---:|---:|---:|")
-    loop_s: dict[StepClass, float] = {}
-    compile_s: dict[StepClass, float] = {}
-    for step_class in timed:
-        program, steps = timing_program(step_class, programs)
-        configs = [from_mapping(copy.deepcopy(c)) for c in program.configs]
-        row = (f"| {models.index(step_class.key) + 1} | {step_class.members} | "
-               f"{step_class.widths[0]} x {step_class.widths[1]} | "
-               f"{weights.get(step_class, 0.0):.1%} |")
-        try:
-            compiled, _, loop, needed = step_seconds(configs, args.steps, steps,
-                                                     step_class.widths)
-        except MemoryError as error:
-            print(f"{row} {error} | | |", flush=True)
-            return label, len(programs), None
-        loop_s[step_class], compile_s[step_class] = loop, compiled
-        print(f"{row} {loop * 1e3:.2f} | {compiled:.1f} | "
-              f"{'-' if needed is None else f'{needed:.3g}'} |", flush=True)
-    training, compiling = projected_training(programs, loop_s, compile_s)
-    untimed = [c for c in weights if c not in loop_s]
-    print(f"projected training, every program at its own shapes: {hours(training)} h of steps "
-          f"+ {hours(compiling)} h of compiles (one per shape a program draws)"
-          + (f"; {len(untimed)} untimed classes ({sum(weights[c] for c in untimed):.1%} of the "
-             "steps) at the narrowest timed shape that holds them" if untimed else ""),
-          flush=True)
-    evaluating = in_training_evaluation(programs, models)
-    return label, len(programs), training + compiling + evaluating
-
-
-def in_training_evaluation(programs: Sequence[Any], models: Sequence[str]) -> float:
-    """Seconds of every program's evaluations during training (``train.eval_every``): each
-    model's first program timed, every program of that model at its cost per member, one
-    compile per program; prints what it measured (models numbered as in ``models``)."""
-    per_run = evaluations_per_run(programs[0].configs[0]["train"])
-    if per_run == 0:
-        print("evaluation during training: none (train.eval_every = 0)")
-        return 0.0
-    first: dict[str, Any] = {}
-    for program in programs:
-        first.setdefault(program.key, program)
-    cost = {}  # model: (first pass seconds, seconds per member after)
-    for key, program in first.items():
-        first_s, again_s = training_eval_seconds(
-            [from_mapping(copy.deepcopy(c)) for c in program.configs])
-        cost[key] = (first_s, again_s / len(program.configs))
-        print(f"evaluation during training ({per_run} a run, member by member as the loop runs "
-              f"it), model {models.index(key) + 1}'s first program of "
-              f"{len(program.configs)} members: {first_s:.1f} s the first time (compiles), "
-              f"{again_s:.2f} s after", flush=True)
-    total = sum(evaluations_per_run(p.configs[0]["train"]) * len(p.configs) * cost[p.key][1]
-                + cost[p.key][0] - cost[p.key][1] * len(first[p.key].configs)
-                for p in programs)
-    print(f"evaluation during training, every program at its model's cost a member: "
-          f"{hours(total)} h", flush=True)
-    return total
 
 
 def training_seconds(plan: SweepPlan, rate: dict[int, float],

@@ -469,7 +469,7 @@ def test_every_shape_projection_times_the_heaviest_shapes_and_bounds_the_rest():
     training, compiling = projected_training(programs, loop_s, compile_s)
     assert training == pytest.approx(100 * (0.5 * 0.02 + 0.5 * 0.03) + 100 * 0.03 + 100 * 0.01)
     assert compiling == pytest.approx((1.5 + 2.0) + 2.0 + 1.0)
-    from sweep_throughput import evaluations_per_run
+    from sweep_projection import evaluations_per_run
     assert [evaluations_per_run({"steps": steps, "eval_every": every})
             for steps, every in ((30, 20), (100, 50), (100, 0), (5, 10))] == [2, 2, 0, 1]
     # A member's row: 24 and 32 tokens half the time each, 48, and 16 for the third program's
@@ -546,7 +546,7 @@ def test_sweep_throughput_skips_the_member_counts_the_device_cannot_hold(tmp_pat
     sweep_file = write_sweep(tmp_path / "s.py", grid='[{"model.pe.type": "rope"}]',
                              seeds="(0, 1)", **{"train.steps": 30})
     plan = load_sweep(sweep_file)
-    needed = {members: sweep_throughput.step_seconds(sweep_throughput.member_configs(
+    needed = {members: step_timing.step_seconds(sweep_throughput.member_configs(
         plan, plan.points[0], members, "seeds"), 1)[3] for members in (2, 4)}
     assert 0 < needed[2] < needed[4]
     limit_gb = (needed[2] + needed[4]) / 2
@@ -589,8 +589,8 @@ def test_a_step_is_timed_at_the_widest_of_its_batches_shapes(tmp_path):
     timed call has the widest batch's shape, so one compiled program runs them all."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     import numpy as np
-    from step_timing import widest_calls
-    from sweep_throughput import member_configs, step_seconds
+    from step_timing import step_seconds, widest_calls
+    from sweep_throughput import member_configs
 
     from pe_research.sweeps.spec import load_sweep
 
