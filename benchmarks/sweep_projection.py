@@ -195,10 +195,10 @@ def hours(seconds: float) -> str:
 
 def every_shape_seconds(plan: SweepPlan, args: argparse.Namespace,
                         ) -> tuple[str, int, float | None]:
-    """(grouping, programs, training seconds with each shape's compile, or None when a timed
-    shape does not fit) of the sweep grouped as it groups its runs on this device, each program
-    at the step shapes it draws (``sweep_projection.py``); prints each timed class and the
-    projection."""
+    """(grouping, programs, training seconds: steps, each shape's compile and the evaluations
+    during training; None when a timed shape does not fit or with ``--shapes-only``) of the sweep
+    grouped as it groups its runs on this device, each program at the step shapes it draws;
+    prints the classes, what was timed and the projection."""
     setting = check_members_per_program(args.members_per_program or plan.members_per_program)
     cap = members_cap(setting, "local", {})
     programs = sweep_programs(plan, cap, args.shape_samples)
@@ -295,7 +295,7 @@ def training_eval_seconds(configs: Sequence[Any]) -> tuple[float, float]:
                             ensemble_mesh(len(configs)))
     eval_mesh = data_mesh(jax.local_devices())
     params = [jax.device_put(own, replicated(eval_mesh)) for _, own, _ in program.split]
-    with tempfile.TemporaryDirectory(prefix="sweep_throughput_") as root:
+    with tempfile.TemporaryDirectory(prefix="sweep_projection_") as root:
         evaluators = member_evaluators(program, configs, tasks, eval_mesh,
                                        [Path(root) / f"member_{k}" for k in range(len(configs))])
         passes = []
