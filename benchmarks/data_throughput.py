@@ -1,12 +1,22 @@
-"""Examples per second of every generated task through ``train_batch`` (one CPU process).
+"""Examples per second of every generated task through ``train_batch`` (one CPU process), or
+the host's time per step for the batches of one program of a sweep.
 
     .venv/bin/python benchmarks/data_throughput.py [--batch-size 256] [--lengths 40 500]
         [--seconds 1.0] [--scan-dir data/scan]
+    .venv/bin/python benchmarks/data_throughput.py --sweep configs/sweeps/randomized_pe_table.py
+        [--members 1,8,32] [--point NAME] [--steps 20]
 
 Each cell times whole padded batches (generation, bucket padding, BOS/EOS, masks) of one
 task length for about ``--seconds`` after one warm-up batch, and prints a markdown table.
 An accelerator step on a small model takes milliseconds, so a task far below 10k examples/s
 at length 40 would leave it waiting.
+
+With ``--sweep``: the batches of M members of one program (the members of every grid point that
+stacks with ``--point``, the first by default, as ``sweep_throughput.py --stack points`` draws
+them), drawn and stacked to one width as the ensemble trainer does before each step, over
+``--steps`` steps in each of three blocks (the fastest block counts). The training loop draws
+them while the device runs the previous step, so a program whose step is shorter than this waits
+on the host.
 """
 
 from __future__ import annotations
@@ -17,9 +27,11 @@ import platform
 import time
 
 import numpy as np
-from step_timing import run
+from step_timing import batch_drawer, run
+from sweep_throughput import chosen_point, member_configs, member_counts
 
 from pe_research.data import train_batch
+from pe_research.sweeps.spec import load_sweep
 from pe_research.tasks import GENERATED_TASKS, TASKS, default_task_config, get_task
 
 BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048)
@@ -42,7 +54,15 @@ def main() -> None:
     parser.add_argument("--lengths", type=int, nargs="+", default=[40, 500])
     parser.add_argument("--seconds", type=float, default=1.0, help="time per cell")
     parser.add_argument("--scan-dir", default="", help="also time SCAN (mixed lengths)")
+    parser.add_argument("--sweep", default="", help="time one program's stacked batches of "
+                        "this sweep file instead (host ms per step)")
+    parser.add_argument("--members", default="1,8,32", help="with --sweep: member counts")
+    parser.add_argument("--point", default=None, help="with --sweep: the grid point (its name)")
+    parser.add_argument("--steps", type=int, default=20, help="with --sweep: steps per block")
     args = parser.parse_args()
+    if args.sweep:
+        program_batches(args)
+        return
 
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"numpy {np.__version__}; batch {args.batch_size}; examples/s")
@@ -70,6 +90,31 @@ def main() -> None:
               + " |" * (len(args.lengths) - 1))
     print()
     print(f"tasks under {TARGET_RATE:,} examples/s at n <= 40: {slow or 'none'}")
+
+
+def program_batches(args: argparse.Namespace) -> None:
+    """The host's ms per step for the stacked batches of ``--members`` members of a program."""
+    counts = member_counts(args.members)
+    plan = load_sweep(args.sweep, [])
+    point = chosen_point(plan.points, args.point)
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, numpy "
+          f"{np.__version__}; {args.sweep}, the program of {point.name} (--stack points); best "
+          f"of 3 blocks of {args.steps} steps")
+    print()
+    print("| members | host ms/step | examples/s |")
+    print("|---:|---:|---:|")
+    for members in counts:
+        configs = member_configs(plan, point, members, "points")
+        draw = batch_drawer(configs)
+        draw(0)
+        blocks = []
+        for block in range(3):
+            start = time.perf_counter()
+            for step in range(args.steps):
+                draw(1 + block * args.steps + step)
+            blocks.append((time.perf_counter() - start) / args.steps)
+        rows = sum(int(config.data.batch_size) for config in configs)
+        print(f"| {members} | {min(blocks) * 1e3:.2f} | {rows / min(blocks):,.0f} |")
 
 
 if __name__ == "__main__":

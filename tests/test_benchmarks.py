@@ -34,6 +34,22 @@ def test_data_throughput_covers_every_task():
     assert all(any(f"| {name} " in row for row in rows) for name in generated)
 
 
+def test_data_throughput_times_a_sweep_programs_stacked_batches():
+    out = run_script("benchmarks/data_throughput.py", "--sweep",
+                     "configs/sweeps/randomized_pe_table_cpu.py", "--members", "1,3",
+                     "--steps", "2")
+    rows = [row.split("|")[1:4] for row in out.splitlines() if re.match(r"\| \d", row)]
+    assert [int(members) for members, _, _ in rows] == [1, 3]
+    batch = 32  # the CPU table's batch: examples/s is members x batch over the step's time
+    for members, ms, rate in rows:  # ms printed to 0.01
+        examples = int(members) * batch
+        assert (examples / (float(ms) + 0.005) * 1e3 - 1 <= int(rate.replace(",", ""))
+                <= examples / (float(ms) - 0.005) * 1e3 + 1)
+    error = run_script_here("benchmarks/data_throughput.py", "--sweep",
+                            "configs/sweeps/randomized_pe_table_cpu.py", "--members", "0")
+    assert error.returncode == 2 and error.stderr.startswith("error: --members 0")
+
+
 @pytest.mark.slow
 def test_eval_speed_compares_bucket_and_length_compilation(trained_run_dir, tmp_path):
     # Any trained run will do: a copy of the shared one spares the script training its own.

@@ -52,6 +52,35 @@ def test_make_batch_layout():
         data.make_batch(examples, 4, 2)
 
 
+def test_stacked_batches_are_each_members_batch_then_zeros():
+    """``stack_batches`` of three tasks' batches of different widths, one with position IDs,
+    against np.pad and np.stack: member k's own arrays, zeros to the widest widths, and zeros
+    where its task has no such key; ``pad_to`` is one member's part of it."""
+    names = ("reverse_string", "duplicate_string", "addition")
+    batches = [data.train_batch(get_task(default_task_config(name)),
+                                data_cfg(train_lengths=(3, 12)), seed=k, step=k)
+               for k, name in enumerate(names)]
+    stacked = data.stack_batches(batches)
+    widths = {"source": max(b["source"].shape[1] for b in batches),
+              "target": max(b["target_input"].shape[1] for b in batches)}
+    assert len({b["target_input"].shape[1] for b in batches}) > 1  # padding happens
+    assert set(stacked) == set().union(*batches) and "source_abacus" in stacked
+    for key, value in stacked.items():
+        width = widths.get(key.split("_")[0])
+        like = "source" if key.startswith("source") else "target_input"
+        expected = [np.pad(b[key], ((0, 0), (0, width - b[key].shape[1]))) if key in b else
+                    np.zeros((len(b[like]), width), value.dtype)
+                    for b in batches] if width else [b[key] for b in batches]
+        np.testing.assert_array_equal(value, np.stack(expected))
+        assert value.dtype == batches[0].get(key, value).dtype
+    padded = data.pad_to(batches[0], widths["source"] + 8, widths["target"])
+    np.testing.assert_array_equal(padded["lengths"], batches[0]["lengths"])
+    for key in ("source", "source_mask", "target_input", "target_mask"):
+        width = widths["source"] + 8 if key.startswith("source") else widths["target"]
+        own = batches[0][key]
+        np.testing.assert_array_equal(padded[key], np.pad(own, ((0, 0), (0, width - own.shape[1]))))
+
+
 def test_train_batch_is_fixed_by_seed_step_and_process(reverse):
     first = data.train_batch(reverse, data_cfg(), seed=1, step=5)
     again = data.train_batch(reverse, data_cfg(), seed=1, step=5)

@@ -148,7 +148,7 @@ def _batch_plan(task: Task, data_cfg: Mapping[str, Any], seed: int,
                                           source_width))
     return keys, source_width, target_width
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=4096)  # an ensemble asks it for each member's task at each step
 def train_target_width(task: Task, train_lengths: tuple[int, int], buckets: tuple[int, ...],
                        source_width: int) -> int:
     """The target width of training batches whose source bucket is ``source_width``: the widest

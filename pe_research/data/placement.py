@@ -16,24 +16,25 @@ def pad_to(batch: dict[str, np.ndarray], source_width: int,
            target_width: int) -> dict[str, np.ndarray]:
     """A batch padded with masked columns to ``[B, source_width]`` / ``[B, target_width]``
     (every ``source*`` and ``target*`` key)."""
-    out = dict(batch)
-    for key, value in batch.items():
-        width = (source_width if key.startswith("source") else
-                 target_width if key.startswith("target") else None)
-        if width is not None and width > value.shape[1]:
-            out[key] = np.pad(value, ((0, 0), (0, width - value.shape[1])))
-    return out
+    return {key: value[0] for key, value in
+            stack_batches([batch], source_width, target_width).items()}
 
-def stack_batches(batches: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """``[M, B, ...]``: every member's batch padded to the widest member's widths; a member
-    whose task supplies no position IDs of a kind another's does gets zeros there."""
-    source = max(b["source"].shape[1] for b in batches)
-    target = max(b["target_input"].shape[1] for b in batches)
-    padded = [pad_to(b, source, target) for b in batches]
-    keys = dict.fromkeys(key for b in padded for key in b)
-    return {key: np.stack([b[key] if key in b else np.zeros_like(
-        b["source" if key.startswith("source") else "target_input"]) for b in padded])
-        for key in keys}
+def stack_batches(batches: Sequence[dict[str, np.ndarray]], source_width: int = 0,
+                  target_width: int = 0) -> dict[str, np.ndarray]:
+    """``[M, B, ...]``: every member's batch padded to the widest member's widths (or to
+    ``source_width`` / ``target_width`` where wider), with masked zeros; a member whose task
+    supplies no position IDs of a kind another's does gets zeros there."""
+    widths = {"source": max(source_width, *(b["source"].shape[1] for b in batches)),
+              "target": max(target_width, *(b["target_input"].shape[1] for b in batches))}
+    stacked: dict[str, np.ndarray] = {}
+    for k, batch in enumerate(batches):
+        for key, value in batch.items():
+            if key not in stacked:
+                side = key.split("_")[0]
+                shape = (value.shape[0], widths[side]) if side in widths else value.shape
+                stacked[key] = np.zeros((len(batches), *shape), value.dtype)
+            stacked[key][k][tuple(slice(0, n) for n in value.shape)] = value
+    return stacked
 
 def global_batch(local_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
     """Each key -> one ``jax.Array`` over all processes, batch axis sharded on mesh axis 'data'."""

@@ -75,7 +75,13 @@ def pad_columns(x_BxL: np.ndarray, width: int, value: int = PAD_ID) -> np.ndarra
     extra = width - x_BxL.shape[1]
     if extra < 0:
         raise ValueError(f"cannot pad width {x_BxL.shape[1]} down to {width}")
-    return np.pad(x_BxL, ((0, 0), (0, extra)), constant_values=value) if extra else x_BxL
+    if not extra:
+        return x_BxL
+    # A filled array and one copy: np.pad's general machinery costs more than the copy here,
+    # and an ensemble's step pads every member's batch.
+    padded = np.full((x_BxL.shape[0], width), value, x_BxL.dtype)
+    padded[:, :x_BxL.shape[1]] = x_BxL
+    return padded
 
 
 def check_length_range(train_lengths: Sequence[int], key: str = "data.train_lengths") -> tuple:
