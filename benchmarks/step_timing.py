@@ -341,10 +341,12 @@ def batch_drawer(configs: Sequence[Any], sharding: Any = None) -> Callable[[int]
     """``draw(step)``: the members' training batches of ``step`` stacked ``[M, B, ...]``, as the
     ensemble trainer draws them (put on the device with ``sharding``, where given)."""
     tasks = [get_task(c.task.to_dict(), c.data.to_dict()) for c in configs]
+    data_blocks = [(c.data.to_dict(), c.seed) for c in configs]
 
     def draw(step: int) -> Any:
-        stacked = data.stack_batches([data.train_batch(task, c.data, c.seed, step)
-                                      for task, c in zip(tasks, configs, strict=True)])
+        stacked = data.stack_batches([data.train_batch(task, data_cfg, seed, step)
+                                      for task, (data_cfg, seed) in zip(tasks, data_blocks,
+                                                                        strict=True)])
         return stacked if sharding is None else jax.device_put(stacked, sharding)
 
     return draw
