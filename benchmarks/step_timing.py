@@ -344,9 +344,7 @@ def batch_drawer(configs: Sequence[Any], sharding: Any = None) -> Callable[[int]
     data_blocks = [(c.data.to_dict(), c.seed) for c in configs]
 
     def draw(step: int) -> Any:
-        stacked = data.stack_batches([data.train_batch(task, data_cfg, seed, step)
-                                      for task, (data_cfg, seed) in zip(tasks, data_blocks,
-                                                                        strict=True)])
+        stacked = data.program_batch(tasks, data_blocks, step)
         return stacked if sharding is None else jax.device_put(stacked, sharding)
 
     return draw

@@ -28,12 +28,12 @@ from pe_research.data.eval_sets import (
     eval_widths,
     one_shape_per_source_bucket,
 )
-from pe_research.data.placement import global_batch, pad_to, stack_batches
+from pe_research.data.placement import global_batch, pad_to, program_batch, stack_batches
 
 __all__ = [
     "BATCH_KEYS", "Batch", "bucket_length", "check_data_block", "check_data_config",
     "covering_buckets", "eval_batch_rows", "eval_batches", "eval_dataset", "eval_fingerprint",
     "eval_lengths_of", "eval_set_path", "eval_widths", "global_batch", "make_batch",
-    "one_shape_per_source_bucket", "pad_to", "stack_batches", "train_batch", "train_shapes",
-    "train_target_width", "train_widths",
+    "one_shape_per_source_bucket", "pad_to", "program_batch", "stack_batches", "train_batch",
+    "train_shapes", "train_target_width", "train_widths",
 ]

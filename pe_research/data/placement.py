@@ -4,12 +4,15 @@ batch of an ensemble stacked to one width."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax
 import numpy as np
 from jax.sharding import Mesh
 
+from pe_research.data.batches import train_batch
 from pe_research.runtime import batch_sharded, check_batch_fits
+from pe_research.tasks.base import Task
 
 
 def pad_to(batch: dict[str, np.ndarray], source_width: int,
@@ -35,6 +38,13 @@ def stack_batches(batches: Sequence[dict[str, np.ndarray]], source_width: int = 
                 stacked[key] = np.zeros((len(batches), *shape), value.dtype)
             stacked[key][k][tuple(slice(0, n) for n in value.shape)] = value
     return stacked
+
+def program_batch(tasks: Sequence[Task], data_blocks: Sequence[tuple[Mapping[str, Any], int]],
+                  step: int) -> dict[str, np.ndarray]:
+    """``[M, B, ...]``: training batch ``step`` of each member of a program, member k's of task
+    ``tasks[k]`` from its ``(config.data as a dict, seed)``, stacked (``stack_batches``)."""
+    return stack_batches([train_batch(task, data_cfg, seed, step)
+                          for task, (data_cfg, seed) in zip(tasks, data_blocks, strict=True)])
 
 def global_batch(local_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
     """Each key -> one ``jax.Array`` over all processes, batch axis sharded on mesh axis 'data'."""

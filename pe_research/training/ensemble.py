@@ -337,13 +337,10 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
                          evaluators[k], windows[k])
                for k, (config, run_dir) in enumerate(zip(configs, run_dirs, strict=True))]
 
-    # plain dicts: a ConfigDict read costs, at every member's every step
     data_blocks = [(config.data.to_dict(), config.seed) for config in configs]
 
     def batch(data_step: int) -> dict[str, jax.Array]:
-        local = [data.train_batch(task, data_cfg, seed, data_step)
-                 for task, (data_cfg, seed) in zip(tasks, data_blocks, strict=True)]
-        return jax.device_put(data.stack_batches(local), batch_sharding)
+        return jax.device_put(data.program_batch(tasks, data_blocks, data_step), batch_sharding)
 
     def member_state(tree: Any, k: int) -> Any:
         """Member k's params or optimizer state, cut to its own shapes."""
