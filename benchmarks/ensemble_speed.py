@@ -10,27 +10,33 @@ timed over ``--steps`` steps after warm-up (``block_until_ready``), ``--steps-pe
 per call (default: what the trainer picks for the config, ``train.steps_per_call``), against M
 runs of the single train step one after another (M x the single step's time, measured the same
 way). Every member draws its own batch (default length sampling), padded to the widest member's
-bucket, exactly as ``pe-research sweep`` trains them; data generation is excluded (both paths
-need it). Printed per M: wall seconds for the steps, examples/s per member, the ratio to
-one-by-one training, compile time; on a GPU also FLOPs per step (XLA's cost analysis of the
-one-step program), MFU against the device's dense bf16 peak, and peak device memory.
+bucket, exactly as ``pe-research sweep`` trains them; data generation is excluded from the step
+(both paths need it) and timed on its own: the host's ms per step to draw and stack the M
+members' batches, as the trainer does while the device runs the previous step (a loop whose
+host time exceeds its step waits on the host). Printed per M: wall seconds for the steps,
+examples/s per member, the ratio to one-by-one training, compile time, the host's batches; on a
+GPU also FLOPs per step (XLA's cost analysis of the one-step program), MFU against the device's
+dense bf16 peak, and peak device memory.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import jax
 from step_timing import (
     as_called,
+    batch_drawer,
     ensemble_train_state,
     groups,
     memory_gb,
     peak_flops,
     program_flops,
     run,
+    seed_members,
     timed,
     train_state,
 )
@@ -38,6 +44,7 @@ from step_timing import (
 from pe_research.config import collect_overrides, load_config
 from pe_research.config.validate import check_steps_per_call, steps_per_call
 from pe_research.core.errors import UsageError
+from pe_research.runtime import ensemble_mesh, member_batch_sharded
 from pe_research.tasks import get_task
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,8 +82,8 @@ def main() -> None:
     print(f"single run: {single_step * 1e3:.1f} ms/step, {batch / single_step:,.0f} examples/s,"
           f" compile {single_compile:.1f}s")
     print("| members | ms/step (one program) | one by one (ms) | ratio | examples/s per member "
-          "| compile (s) | GFLOP/step | MFU | peak mem (GB) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| compile (s) | host batches (ms/step) | GFLOP/step | MFU | peak mem (GB) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     peak = peak_flops(device)
     for members in member_counts:
         steps, member_batches = ensemble_train_state(config, members, max(8, 2 * per_call))
@@ -84,13 +91,29 @@ def main() -> None:
         compile_s, step_s = timed(as_called(steps.train), steps.train.leaves,
                                   groups(member_batches, per_call), args.steps,
                                   per_call=per_call)
+        host_s = batch_seconds(seed_members(config, members), args.steps)
         mfu = f"{100 * flops / step_s / peak:.1f}%" if peak else "-"
         memory = memory_gb(device)
         sequential = members * single_step
         print(f"| {members} | {step_s * 1e3:.1f} | {sequential * 1e3:.1f} | "
               f"{sequential / step_s:.2f}x | {batch / step_s:,.0f} | {compile_s:.1f} | "
-              f"{flops / 1e9:.2f} | {mfu} | {'-' if memory is None else f'{memory:.2f}'} |",
+              f"{host_s * 1e3:.2f} | {flops / 1e9:.2f} | {mfu} | "
+              f"{'-' if memory is None else f'{memory:.2f}'} |",
               flush=True)
+
+
+def batch_seconds(configs: list, steps: int) -> float:
+    """Host seconds per step to draw and stack the members' batches (``batch_drawer``, on the
+    device), best of three blocks of ``steps``."""
+    draw = batch_drawer(configs, member_batch_sharded(ensemble_mesh(len(configs))))
+    jax.block_until_ready(draw(0))
+    blocks = []
+    for block in range(3):
+        start = time.perf_counter()
+        for step in range(steps):
+            jax.block_until_ready(draw(1 + block * steps + step))
+        blocks.append((time.perf_counter() - start) / steps)
+    return min(blocks)
 
 
 if __name__ == "__main__":

@@ -232,6 +232,16 @@ class TimedStep:
         return groups(self.batches, self.per_call)
 
 
+def seed_members(config: Any, members: int) -> list[Any]:
+    """``members`` copies of ``config`` with seeds 0..M-1."""
+    configs = []
+    for seed in range(members):
+        member = copy.deepcopy(config)
+        member.seed = seed
+        configs.append(member)
+    return configs
+
+
 def ensemble_train_state(config, members: int, batch_count: int, configs=None,
                          batch_steps: Sequence[int] | None = None,
                          widths: tuple[int, int] | None = None):
@@ -243,11 +253,7 @@ def ensemble_train_state(config, members: int, batch_count: int, configs=None,
     its own. The batches are those of steps ``batch_steps`` (default: the first
     ``batch_count``), padded to ``widths`` (source, target) where given."""
     if configs is None:
-        configs = []
-        for seed in range(members):
-            member = copy.deepcopy(config)
-            member.seed = seed
-            configs.append(member)
+        configs = seed_members(config, members)
     tasks = [get_task(c.task.to_dict(), c.data.to_dict()) for c in configs]
     vocabs = [task.vocabulary.size for task in tasks]
     mesh = ensemble_mesh(len(configs))

@@ -632,9 +632,15 @@ def test_ensemble_speed_prints_one_row_per_member_count():
                      "--config.model.d_ff=32", "--config.data.batch_size=8",
                      "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1")
     assert "2 timed steps x 3 blocks, 2 per call" in out  # both programs run two steps per call
-    rows = [line for line in out.splitlines() if line.startswith("| ") and "members" not in line]
-    assert [row.split("|")[1].strip() for row in rows] == ["1", "2"]
-    assert "single run:" in out
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in out.splitlines()
+            if line.startswith("| ") and "members" not in line]
+    assert [row[0] for row in rows] == ["1", "2"]
+    single = float(out.split("single run: ")[1].split(" ms/step")[0])
+    for members, ms, one_by_one, ratio, per_member, _, host, *_ in rows:
+        assert float(one_by_one) == pytest.approx(int(members) * single, abs=0.1 * int(members))
+        assert float(ratio.rstrip("x")) == pytest.approx(float(one_by_one) / float(ms), rel=0.1)
+        assert int(per_member.replace(",", "")) == pytest.approx(8 / float(ms) * 1e3, rel=0.1)
+        assert float(host) > 0  # the host's batches, timed apart from the step
 
 
 @pytest.mark.slow
