@@ -11,11 +11,12 @@ per call (default: what the trainer picks for the config, ``train.steps_per_call
 runs of the single train step one after another (M x the single step's time, measured the same
 way). Every member draws its own batch (default length sampling), padded to the widest member's
 bucket, exactly as ``pe-research sweep`` trains them; data generation is excluded from the step
-(both paths need it) and timed on its own: the host's ms per step to draw and stack the M
-members' batches, as the trainer does while the device runs the previous step (a loop whose
-host time exceeds its step waits on the host). Printed per M: wall seconds for the steps,
-examples/s per member, the ratio to one-by-one training, compile time, the host's batches; on a
-GPU also FLOPs per step (XLA's cost analysis of the one-step program), MFU against the device's
+(both paths need it) and timed on its own: the host's ms per step to draw, stack and place the
+M members' batches; and the loop's ms per step, the step as the trainer runs it, each step's
+batches drawn while the device runs the previous one (where the host's batches take longer
+than the step, the loop waits on the host). Printed per M: the step's ms, the ratio to
+one-by-one training, examples/s per member, compile time, the host's batches, the loop; on a GPU
+also FLOPs per step (XLA's cost analysis of the one-step program), MFU against the device's
 dense bf16 peak, and peak device memory.
 """
 
@@ -24,9 +25,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import jax
+import jax.numpy as jnp
 from step_timing import (
     as_called,
     batch_drawer,
@@ -38,6 +42,7 @@ from step_timing import (
     run,
     seed_members,
     timed,
+    timed_loop,
     train_state,
 )
 
@@ -82,30 +87,35 @@ def main() -> None:
     print(f"single run: {single_step * 1e3:.1f} ms/step, {batch / single_step:,.0f} examples/s,"
           f" compile {single_compile:.1f}s")
     print("| members | ms/step (one program) | one by one (ms) | ratio | examples/s per member "
-          "| compile (s) | host batches (ms/step) | GFLOP/step | MFU | peak mem (GB) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| compile (s) | host batches (ms/step) | loop (ms/step) | GFLOP/step | MFU "
+          "| peak mem (GB) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     peak = peak_flops(device)
     for members in member_counts:
         steps, member_batches = ensemble_train_state(config, members, max(8, 2 * per_call))
         flops = program_flops(steps.train.lower(member_batches[:1])) or float("nan")
+        fresh = jax.tree.map(jnp.copy, steps.train.leaves)  # a call donates its state
         compile_s, step_s = timed(as_called(steps.train), steps.train.leaves,
                                   groups(member_batches, per_call), args.steps,
                                   per_call=per_call)
-        host_s = batch_seconds(seed_members(config, members), args.steps)
+        draw = batch_drawer(seed_members(config, members),
+                            member_batch_sharded(ensemble_mesh(members)))
+        host_s = batch_seconds(draw, args.steps)
+        loop_s = timed_loop(as_called(steps.train), fresh, groups(member_batches, per_call), draw,
+                            args.steps, per_call=per_call)
         mfu = f"{100 * flops / step_s / peak:.1f}%" if peak else "-"
         memory = memory_gb(device)
         sequential = members * single_step
         print(f"| {members} | {step_s * 1e3:.1f} | {sequential * 1e3:.1f} | "
               f"{sequential / step_s:.2f}x | {batch / step_s:,.0f} | {compile_s:.1f} | "
-              f"{host_s * 1e3:.2f} | {flops / 1e9:.2f} | {mfu} | "
+              f"{host_s * 1e3:.2f} | {loop_s * 1e3:.1f} | {flops / 1e9:.2f} | {mfu} | "
               f"{'-' if memory is None else f'{memory:.2f}'} |",
               flush=True)
 
 
-def batch_seconds(configs: list, steps: int) -> float:
-    """Host seconds per step to draw and stack the members' batches (``batch_drawer``, on the
-    device), best of three blocks of ``steps``."""
-    draw = batch_drawer(configs, member_batch_sharded(ensemble_mesh(len(configs))))
+def batch_seconds(draw: Callable[[int], Any], steps: int) -> float:
+    """Host seconds per step of ``draw(step)`` (``batch_drawer``: the members' batches drawn,
+    stacked and put on the device), best of three blocks of ``steps``."""
     jax.block_until_ready(draw(0))
     blocks = []
     for block in range(3):

@@ -636,11 +636,11 @@ def test_ensemble_speed_prints_one_row_per_member_count():
             if line.startswith("| ") and "members" not in line]
     assert [row[0] for row in rows] == ["1", "2"]
     single = float(out.split("single run: ")[1].split(" ms/step")[0])
-    for members, ms, one_by_one, ratio, per_member, _, host, *_ in rows:
+    for members, ms, one_by_one, ratio, per_member, _, host, loop, *_ in rows:
         assert float(one_by_one) == pytest.approx(int(members) * single, abs=0.1 * int(members))
         assert float(ratio.rstrip("x")) == pytest.approx(float(one_by_one) / float(ms), rel=0.1)
         assert int(per_member.replace(",", "")) == pytest.approx(8 / float(ms) * 1e3, rel=0.1)
-        assert float(host) > 0  # the host's batches, timed apart from the step
+        assert float(host) > 0 and float(loop) > 0  # the host's batches; the step with them
 
 
 @pytest.mark.slow
