@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+
 import numpy as np
 import pytest
 
@@ -118,6 +121,31 @@ def test_final_stacks_worked_examples():
     stack, sizes = final_stacks(tokens)
     assert sizes.tolist() == [3, 0, 2]
     assert stack[0, :3].tolist() == [1, 1, 0] and stack[2, :2].tolist() == [0, 0]
+
+
+def test_expressions_and_their_stream_stay_those_runs_trained_on():
+    """Worked examples (digits 0-4, then + - * ( ) as 5-9), and a digest of the expressions and
+    of the stream after them over many shapes, taken from the generator before its writes were
+    deferred to after the draws: a run's data must not change under it."""
+    tokens, values = sample_expressions(np.random.default_rng(0), 3, 11, 5, True)
+    assert tokens.tolist() == [[8, 8, 6, 3, 7, 3, 9, 5, 6, 0, 9],  # ((-3*3)+(-0)) = -9 = 1
+                               [8, 8, 4, 6, 3, 9, 5, 8, 0, 9, 9],  # ((4-3)+(0)) = 1
+                               [8, 8, 6, 0, 9, 5, 8, 6, 4, 9, 9]]  # ((-0)+(-4)) = -4 = 1
+    assert values.tolist() == [1, 1, 1]
+    tokens, values = sample_expressions(np.random.default_rng(2), 2, 7, 5, False)
+    assert tokens.tolist() == [[8, 8, 2, 9, 5, 2, 9],  # ((2)+2) = 4
+                               [8, 4, 5, 8, 0, 9, 9]]  # (4+(0)) = 4
+    assert values.tolist() == [4, 4]
+    digest = hashlib.sha256()
+    for seed, length, (modulus, multiplication) in itertools.product(
+            range(4), (1, 2, 3, 4, 5, 6, 9, 17, 40, 101), ((5, True), (5, False), (7, True))):
+        rng = np.random.default_rng([seed, length, modulus])
+        for count in (1, 3, 64):
+            tokens, values = sample_expressions(rng, count, length, modulus, multiplication)
+            for array in (tokens, values, rng.integers(0, 1 << 30, size=2)):
+                digest.update(array.astype(np.int64).tobytes())
+    assert digest.hexdigest() == (
+        "7ba6fc8885b21a097073794028ae56bddef775fa5e321bbb61064f2c6c16b6d0")
 
 
 def test_bracket_split_is_uniform_like_the_benchmark():

@@ -19,46 +19,51 @@ def sample_expressions(rng: np.random.Generator, count: int, length: int, modulu
     Grammar of the benchmark, by length L: 1 ``d``; 2 ``-d``; 3 ``(d)``; 4 ``(-d)``;
     L >= 5 ``(A op B)`` with len(A) uniform in [1, L-4], len(B) = L-3-len(A), op uniform in
     {+, -} or {+, -, *}. Token codes: digits 0..m-1, then m + index in OPERATORS.
-    Vectorised over every node of the batch, one tree level per round.
+    Vectorised over every node of the batch: one round of draws per tree level, in the stream's
+    order, then every token and value written at once.
     Returns ``(tokens [count, length], values [count])``.
     """
     plus, minus, lpar, rpar = modulus, modulus + 1, modulus + 3, modulus + 4
-    tokens = np.zeros((count, length), dtype=np.int64)
-    values = np.zeros(count * length, dtype=np.int64)  # a node spans >= 1 token
     rows, starts = np.arange(count), np.zeros(count, dtype=np.int64)
     sizes, nodes = np.full(count, length), np.arange(count)
-    next_node, internal_levels = count, []
+    next_node, leaf_levels, internal_levels = count, [], []
     while rows.size:
         leaf = sizes <= 4
-        lr, ls, ln, lsize = rows[leaf], starts[leaf], nodes[leaf], sizes[leaf]
-        digit = rng.integers(0, modulus, size=lr.size)
-        negated = (lsize == 2) | (lsize == 4)
-        bracketed = lsize >= 3
-        offset = bracketed.astype(np.int64)
-        tokens[lr[bracketed], ls[bracketed]] = lpar
-        tokens[lr[negated], ls[negated] + offset[negated]] = minus
-        tokens[lr, ls + offset + negated] = digit
-        tokens[lr[bracketed], ls[bracketed] + lsize[bracketed] - 1] = rpar
-        values[ln] = np.where(negated, -digit, digit) % modulus
-
-        ir, is_, inode, isize = rows[~leaf], starts[~leaf], nodes[~leaf], sizes[~leaf]
+        inner = ~leaf
+        leaf_levels.append((rows[leaf], starts[leaf], nodes[leaf], sizes[leaf],
+                            rng.integers(0, modulus, size=int(np.count_nonzero(leaf)))))
+        ir, is_, isize = rows[inner], starts[inner], sizes[inner]
         k = ir.size
         left = rng.integers(1, isize - 3)  # uniform in [1, size - 4]
         op = rng.integers(0, 3 if multiplication else 2, size=k)
-        tokens[ir, is_] = lpar
-        tokens[ir, is_ + 1 + left] = plus + op
-        tokens[ir, is_ + isize - 1] = rpar
-        left_ids = next_node + np.arange(k)
-        right_ids = left_ids + k
+        left_ids = np.arange(next_node, next_node + k)
         next_node += 2 * k
-        internal_levels.append((inode, left_ids, right_ids, op))
+        internal_levels.append((ir, is_, isize, nodes[inner], left, op, left_ids))
         rows = np.concatenate([ir, ir])
         starts = np.concatenate([is_ + 1, is_ + 2 + left])
         sizes = np.concatenate([left, isize - 3 - left])
-        nodes = np.concatenate([left_ids, right_ids])
-    for inode, left_ids, right_ids, op in reversed(internal_levels):
-        a, b = values[left_ids], values[right_ids]
-        values[inode] = np.select([op == 0, op == 1], [a + b, a - b], a * b) % modulus
+        nodes = np.concatenate([left_ids, left_ids + k])
+    tokens = np.zeros((count, length), dtype=np.int64)
+    values = np.zeros(next_node, dtype=np.int64)
+    if not count:
+        return tokens, values
+    lr, ls, ln, lsize, digit = (np.concatenate(parts) for parts in zip(*leaf_levels, strict=True))
+    negated = (lsize == 2) | (lsize == 4)
+    bracketed = lsize >= 3
+    offset = bracketed.astype(np.int64)
+    tokens[lr[bracketed], ls[bracketed]] = lpar
+    tokens[lr[negated], ls[negated] + offset[negated]] = minus
+    tokens[lr, ls + offset + negated] = digit
+    tokens[lr[bracketed], ls[bracketed] + lsize[bracketed] - 1] = rpar
+    values[ln] = np.where(negated, -digit, digit) % modulus
+    ir, is_, isize, _, left, op, _ = (np.concatenate(parts)
+                                      for parts in zip(*internal_levels, strict=True))
+    tokens[ir, is_] = lpar
+    tokens[ir, is_ + 1 + left] = plus + op
+    tokens[ir, is_ + isize - 1] = rpar
+    for _, _, _, inode, _, op, left_ids in reversed(internal_levels):
+        a, b = values[left_ids], values[left_ids + left_ids.size]
+        values[inode] = np.where(op == 0, a + b, np.where(op == 1, a - b, a * b)) % modulus
     return tokens, values[:count]
 
 
