@@ -27,7 +27,7 @@ import platform
 import time
 
 import numpy as np
-from step_timing import batch_drawer, run
+from step_timing import batch_drawer, draw_seconds, run
 from sweep_throughput import chosen_point, member_configs, member_counts
 
 from pe_research.data import train_batch
@@ -105,16 +105,9 @@ def program_batches(args: argparse.Namespace) -> None:
     print("|---:|---:|---:|")
     for members in counts:
         configs = member_configs(plan, point, members, "points")
-        draw = batch_drawer(configs)
-        draw(0)
-        blocks = []
-        for block in range(3):
-            start = time.perf_counter()
-            for step in range(args.steps):
-                draw(1 + block * args.steps + step)
-            blocks.append((time.perf_counter() - start) / args.steps)
+        seconds = draw_seconds(batch_drawer(configs), args.steps)
         rows = sum(int(config.data.batch_size) for config in configs)
-        print(f"| {members} | {min(blocks) * 1e3:.2f} | {rows / min(blocks):,.0f} |")
+        print(f"| {members} | {seconds * 1e3:.2f} | {rows / seconds:,.0f} |")
 
 
 if __name__ == "__main__":

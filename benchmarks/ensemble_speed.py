@@ -24,16 +24,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 from step_timing import (
     as_called,
     batch_drawer,
+    draw_seconds,
     ensemble_train_state,
     groups,
     memory_gb,
@@ -100,7 +98,7 @@ def main() -> None:
                                   per_call=per_call)
         draw = batch_drawer(seed_members(config, members),
                             member_batch_sharded(ensemble_mesh(members)))
-        host_s = batch_seconds(draw, args.steps)
+        host_s = draw_seconds(draw, args.steps)
         loop_s = timed_loop(as_called(steps.train), fresh, groups(member_batches, per_call), draw,
                             args.steps, per_call=per_call)
         mfu = f"{100 * flops / step_s / peak:.1f}%" if peak else "-"
@@ -111,19 +109,6 @@ def main() -> None:
               f"{host_s * 1e3:.2f} | {loop_s * 1e3:.1f} | {flops / 1e9:.2f} | {mfu} | "
               f"{'-' if memory is None else f'{memory:.2f}'} |",
               flush=True)
-
-
-def batch_seconds(draw: Callable[[int], Any], steps: int) -> float:
-    """Host seconds per step of ``draw(step)`` (``batch_drawer``: the members' batches drawn,
-    stacked and put on the device), best of three blocks of ``steps``."""
-    jax.block_until_ready(draw(0))
-    blocks = []
-    for block in range(3):
-        start = time.perf_counter()
-        for step in range(steps):
-            jax.block_until_ready(draw(1 + block * steps + step))
-        blocks.append((time.perf_counter() - start) / steps)
-    return min(blocks)
 
 
 if __name__ == "__main__":

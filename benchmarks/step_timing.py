@@ -343,6 +343,19 @@ def step_seconds(configs: Sequence[Any], steps: int, batch_steps: Sequence[int] 
     return compile_s + first_s, step_s, loop_s, needed
 
 
+def draw_seconds(draw: Callable[[int], Any], steps: int, blocks: int = 3) -> float:
+    """Host seconds per step of ``draw(step)`` (a program's batches, ``batch_drawer``): the
+    fastest of ``blocks`` blocks of ``steps`` steps, after one draw."""
+    jax.block_until_ready(draw(0))
+    seconds = []
+    for block in range(blocks):
+        start = time.perf_counter()
+        for step in range(steps):
+            jax.block_until_ready(draw(1 + block * steps + step))
+        seconds.append((time.perf_counter() - start) / steps)
+    return min(seconds)
+
+
 def batch_drawer(configs: Sequence[Any], sharding: Any = None) -> Callable[[int], Any]:
     """``draw(step)``: the members' training batches of ``step`` stacked ``[M, B, ...]``, as the
     ensemble trainer draws them (put on the device with ``sharding``, where given)."""

@@ -59,6 +59,7 @@ import jax
 from flax import nnx
 from step_timing import (
     batch_drawer,
+    draw_seconds,
     memory_gb,
     run,
     step_seconds,
@@ -125,12 +126,8 @@ def member_configs(plan: SweepPlan, point: Point, members: int, stack: str) -> l
 
 def data_seconds(configs: Sequence[Any], steps: int) -> float:
     """Host seconds per step to draw and stack the members' training batches, as the training
-    loop does before each step."""
-    draw = batch_drawer(configs)
-    start = time.perf_counter()
-    for step in range(steps):
-        draw(step)
-    return (time.perf_counter() - start) / steps
+    loop does before each step (``draw_seconds``)."""
+    return draw_seconds(batch_drawer(configs), steps)
 
 
 def evaluation_programs_of(plan: SweepPlan) -> list[list[Any]]:
