@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 
 from pe_research import data
 from pe_research.core.errors import ConfigError
-from pe_research.tasks import Examples, default_task_config, get_task
+from pe_research.tasks import GENERATED_TASKS, TASKS, Examples, default_task_config, get_task
 
 BUCKETS = (8, 16, 32, 64, 128)
 
@@ -79,6 +81,51 @@ def test_stacked_batches_are_each_members_batch_then_zeros():
         width = widths["source"] + 8 if key.startswith("source") else widths["target"]
         own = batches[0][key]
         np.testing.assert_array_equal(padded[key], np.pad(own, ((0, 0), (0, width - own.shape[1]))))
+
+
+def test_a_programs_batch_is_its_members_batches_stacked():
+    """``program_batch`` (every member's examples written into one ``[M, B, ...]`` batch)
+    against ``stack_batches`` of each member's ``train_batch``: three tasks, one with position
+    IDs, members of different seeds, length streams and sampling."""
+    names = ("reverse_string", "addition", "duplicate_string", "reverse_string")
+    tasks = [get_task(default_task_config(name)) for name in names]
+    blocks = [(data_cfg(train_lengths=(3, 12), length_sampling=sampling, length_stream=stream),
+               seed) for seed, sampling, stream in ((0, "per_batch", "seed"), (1, "mixed", "seed"),
+                                                    (2, "per_batch", "shared"),
+                                                    (3, "mixed", "seed"))]
+    for step in range(4):
+        got = data.program_batch(tasks, blocks, step)
+        want = data.stack_batches([data.train_batch(task, cfg, seed, step)
+                                   for task, (cfg, seed) in zip(tasks, blocks, strict=True)])
+        assert sorted(got) == sorted(want)
+        for key, value in want.items():
+            assert got[key].dtype == value.dtype, key
+            np.testing.assert_array_equal(got[key], value, err_msg=key)
+
+
+def test_training_batches_stay_those_runs_trained_on():
+    """A sha256 over every generated task's training batches (per-batch and mixed lengths, a
+    shared stream, a process's slice, both kinds of addition's position IDs), taken before
+    batches were written member-stacked: a resumed run must see the batches it would have."""
+    digest = hashlib.sha256()
+    tasks = [(name, default_task_config(name)) for name in GENERATED_TASKS]
+    tasks.append(("addition", {**default_task_config("addition"), "index_hints": True}))
+    for name, task_config in tasks:
+        task = get_task(task_config)
+        for sampling, stream, seed, (index, count) in (
+                ("per_batch", "seed", 0, (0, 1)), ("mixed", "seed", 3, (1, 2)),
+                ("per_batch", "shared", 5, (0, 1))):
+            cfg = data_cfg(batch_size=8, train_lengths=(TASKS[name].min_length, 24),
+                           length_sampling=sampling, length_stream=stream,
+                           buckets=(8, 16, 32, 64, 128, 256))
+            for step in range(3):
+                batch = data.train_batch(task, cfg, seed, step, index, count)
+                for key in sorted(batch):
+                    value = batch[key]
+                    digest.update(f"{key}{value.dtype}{value.shape}".encode())
+                    digest.update(np.ascontiguousarray(value).tobytes())
+    assert digest.hexdigest() == (
+        "0cc115af7ccbc3ad98692b999c94ac3ebe72c2edbafab72abe0511bb64523caa")
 
 
 def test_train_batch_is_fixed_by_seed_step_and_process(reverse):

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from pe_research.core.errors import ConfigError, check_choice, check_divisible
-from pe_research.tasks.base import LENGTH_SAMPLING, Examples, Task, check_length_range, pad_columns
-from pe_research.tasks.vocabulary import BOS_ID, EOS_ID
+from pe_research.tasks.base import LENGTH_SAMPLING, Examples, Task, check_length_range
+from pe_research.tasks.vocabulary import BOS_ID, EOS_ID, PAD_ID
 
 Batch = dict[str, np.ndarray]
 BATCH_KEYS = ("source", "source_mask", "target_input", "target_output", "target_mask", "lengths")
@@ -55,25 +55,48 @@ def covering_buckets(buckets: Sequence[int], width: int) -> tuple[int, ...]:
 
 def make_batch(examples: Examples, source_width: int, target_width: int) -> Batch:
     """Examples -> Batch padded to ``[B, source_width]`` and ``[B, target_width]``."""
-    count = len(examples)
-    target_lengths = examples.target_lengths
+    return {key: value[0] for key, value in
+            make_batches([examples], source_width, target_width).items()}
+
+def make_batches(members: Sequence[Examples], source_width: int, target_width: int) -> Batch:
+    """``[M, B, ...]``: each member's Examples as a Batch padded to ``[B, source_width]`` and
+    ``[B, target_width]``; position IDs of a kind a member's task does not supply are zeros."""
+    count, rows = len(members), len(members[0])
+    if any(len(examples) != rows for examples in members):
+        raise ValueError(f"members of {sorted({len(e) for e in members})} examples; stack "
+                         "batches of one size")
+    target_lengths = np.array([examples.target_lengths for examples in members])
     if target_width < int(target_lengths.max(initial=0)) + 1:
         raise ValueError(f"target width {target_width} leaves no room for EOS")
-    target = pad_columns(examples.target, target_width)
-    target_output = target.copy()
-    target_output[np.arange(count), target_lengths] = EOS_ID
-    target_input = np.concatenate([np.full((count, 1), BOS_ID, np.int32), target[:, :-1]], 1)
+    widths = {"source": source_width, "target": target_width}
+    kinds = dict.fromkeys(kind for examples in members for kind in examples.positions)
+    padded = {key: np.full((count, rows, widths[key.split("_")[0]]),
+                           PAD_ID if key in widths else 0, np.int32)
+              for key in (*widths, *(f"{side}_{kind}" for kind in kinds for side in widths))}
+    for k, examples in enumerate(members):
+        columns = {"source": examples.source, "target": examples.target,
+                   **{f"{side}_{kind}": ids for kind, pair in examples.positions.items()
+                      for side, ids in zip(widths, pair, strict=True)}}
+        for key, value in columns.items():
+            if value.shape[1] > padded[key].shape[2]:
+                raise ValueError(f"{key}: cannot pad width {value.shape[1]} down to "
+                                 f"{padded[key].shape[2]}")
+            padded[key][k, :, :value.shape[1]] = value
+    target_output = padded.pop("target")
+    target_input = np.empty_like(target_output)
+    target_input[..., 0] = BOS_ID
+    target_input[..., 1:] = target_output[..., :-1]
+    target_output.reshape(count * rows, target_width)[np.arange(count * rows),
+                                                      target_lengths.ravel()] = EOS_ID
+    source_lengths = np.array([examples.source_lengths for examples in members])
     return {
-        "source": pad_columns(examples.source, source_width).astype(np.int32),
-        "source_mask": np.arange(source_width) < examples.source_lengths[:, None],
-        "target_input": target_input.astype(np.int32),
-        "target_output": target_output.astype(np.int32),
-        "target_mask": np.arange(target_width) < target_lengths[:, None] + 1,
-        "lengths": examples.lengths.astype(np.int32),
-        **{f"{side}_{kind}": pad_columns(ids, width, 0).astype(np.int32)
-           for kind, pair in examples.positions.items()
-           for side, ids, width in zip(("source", "target"), pair, (source_width, target_width),
-                                       strict=True)},
+        "source": padded.pop("source"),
+        "source_mask": np.arange(source_width) < source_lengths[..., None],
+        "target_input": target_input,
+        "target_output": target_output,
+        "target_mask": np.arange(target_width) < target_lengths[..., None] + 1,
+        "lengths": np.array([examples.lengths for examples in members], np.int32),
+        **padded,
     }
 
 def check_data_block(data_cfg: Mapping[str, Any]) -> None:
@@ -119,13 +142,19 @@ def train_batch(task: Task, data_cfg: Mapping[str, Any], seed: int, step: int,
     the members of a program share it too); the tokens come from a stream of
     ``(seed, step, process_index)``.
     """
+    return make_batch(*train_examples(task, data_cfg, seed, step, process_index, process_count))
+
+def train_examples(task: Task, data_cfg: Mapping[str, Any], seed: int, step: int,
+                   process_index: int = 0, process_count: int = 1) -> tuple[Examples, int, int]:
+    """(this process's examples of training batch ``step``, the source width and the target
+    width ``train_batch`` pads them to)."""
     global_size = int(data_cfg["batch_size"])
     check_divisible("data.batch_size", global_size, process_count, "process count")
     keys, source_width, target_width = _batch_plan(task, data_cfg, seed, step)
     local_size = global_size // process_count
     local_keys = keys[process_index * local_size:(process_index + 1) * local_size]
     rng = np.random.default_rng([seed, EXAMPLE_STREAM, step, process_index])
-    return make_batch(task.make_examples(local_keys, rng), source_width, target_width)
+    return task.make_examples(local_keys, rng), source_width, target_width
 
 def train_widths(task: Task, data_cfg: Mapping[str, Any], seed: int,
                  step: int) -> tuple[int, int]:

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from pe_research.data.batches import train_batch
+from pe_research.data.batches import make_batches, train_examples
 from pe_research.runtime import batch_sharded, check_batch_fits
 from pe_research.tasks.base import Task
 
@@ -42,9 +42,13 @@ def stack_batches(batches: Sequence[dict[str, np.ndarray]], source_width: int = 
 def program_batch(tasks: Sequence[Task], data_blocks: Sequence[tuple[Mapping[str, Any], int]],
                   step: int) -> dict[str, np.ndarray]:
     """``[M, B, ...]``: training batch ``step`` of each member of a program, member k's of task
-    ``tasks[k]`` from its ``(config.data as a dict, seed)``, stacked (``stack_batches``)."""
-    return stack_batches([train_batch(task, data_cfg, seed, step)
-                          for task, (data_cfg, seed) in zip(tasks, data_blocks, strict=True)])
+    ``tasks[k]`` from its ``(config.data as a dict, seed)``, all padded to the widest member's
+    widths: ``stack_batches`` of their ``train_batch``, written in one pass."""
+    members = [train_examples(task, data_cfg, seed, step)
+               for task, (data_cfg, seed) in zip(tasks, data_blocks, strict=True)]
+    return make_batches([examples for examples, _, _ in members],
+                        max(source for _, source, _ in members),
+                        max(target for _, _, target in members))
 
 def global_batch(local_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
     """Each key -> one ``jax.Array`` over all processes, batch axis sharded on mesh axis 'data'."""

@@ -109,13 +109,15 @@ class AlgorithmicTask(Task):
         assert source.shape == (count, self.source_length(n)), (self.name, source.shape)
         assert target.shape == (count, width_t), (self.name, target.shape, width_t)
         offset = self.vocabulary.first_symbol_id
-        if target_lengths is None:
+        if target_lengths is None:  # every row full: nothing to blank
             target_lengths = np.full(count, width_t, dtype=np.int32)
-        real = np.arange(width_t) < target_lengths[:, None]
+            target = target + offset
+        else:
+            target = np.where(np.arange(width_t) < target_lengths[:, None], target + offset, PAD_ID)
         return Examples(
             source=(source + offset).astype(np.int32),
             source_lengths=np.full(count, source.shape[1], dtype=np.int32),
-            target=np.where(real, target + offset, PAD_ID).astype(np.int32),
+            target=target.astype(np.int32),
             target_lengths=np.asarray(target_lengths, dtype=np.int32),
             lengths=np.full(count, n, dtype=np.int32),
         )

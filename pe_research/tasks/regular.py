@@ -110,14 +110,16 @@ class ModularArithmetic(AlgorithmicTask):
         num_ops = self.source_length(n) // 2
         digits = rng.integers(0, m, size=(count, num_ops + 1))
         ops = rng.integers(0, 3, size=(count, num_ops))  # 0 '+', 1 '-', 2 '*'
-        # Left-to-right scan: `total` holds finished terms, `term` the signed running product.
+        # Left-to-right scan: `total` holds finished terms, `term` the signed running product
+        # (congruent mod m); each column's operator is read for all columns before the scan.
+        starts = (ops != 2).T  # a '+' or '-' ends a term and starts the next
+        following = digits[:, 1:].T
+        signed = np.where(ops.T == 1, -following, following)
         total = np.zeros(count, dtype=np.int64)
         term = digits[:, 0].astype(np.int64)
         for i in range(num_ops):
-            d, op = digits[:, i + 1], ops[:, i]
-            is_mul = op == 2
-            total = np.where(is_mul, total, (total + term) % m)
-            term = np.where(is_mul, term * d, np.where(op == 1, -d, d)) % m
+            total += term * starts[i]
+            term = np.where(starts[i], signed[i], term * following[i] % m)
         value = (total + term) % m
         source = np.empty((count, 2 * num_ops + 1), dtype=np.int64)
         source[:, 0::2] = digits
