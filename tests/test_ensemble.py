@@ -16,8 +16,9 @@ from pe_research.data import stack_batches
 from pe_research.runs.checkpoint import Checkpointer
 from pe_research.runs.restore import load_run
 from pe_research.runs.tracking import read_metrics
-from pe_research.training.ensemble import check_members, train_ensemble
+from pe_research.training.ensemble import train_ensemble
 from pe_research.training.loop import train
+from pe_research.training.member_checks import check_members
 
 STEPS = 12
 SEEDS = (0, 1, 2, 3)
@@ -213,7 +214,7 @@ def test_members_may_differ_only_in_what_stacks():
 
 
 def test_members_whose_models_differ_in_shape_beyond_the_vocabulary_are_refused():
-    from pe_research.training.ensemble import member_shapes
+    from pe_research.training.member_checks import member_shapes
 
     wider = member_config(1)
     wider.model.d_ff = 64

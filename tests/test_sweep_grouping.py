@@ -14,7 +14,7 @@ from pe_research.sweeps.grouping import (
     members_cap,
 )
 from pe_research.sweeps.spec import load_sweep
-from pe_research.training.ensemble import check_members, member_shapes
+from pe_research.training.member_checks import check_members, member_shapes
 
 GRID = ('product({"model.d_ff": [32, 64], "task.name": ["reverse_string", "copy", '
         '"bucket_sort"]})')

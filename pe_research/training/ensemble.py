@@ -39,19 +39,13 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from pe_research import data
-from pe_research.config import flat_config, from_mapping, to_dict, validate_config
-from pe_research.config.stacking import (
-    first_difference,
-    randomized_range,
-    stacked,
-    stacked_keys_text,
-)
+from pe_research.config import from_mapping, to_dict, validate_config
+from pe_research.config.stacking import randomized_range
 from pe_research.config.validate import steps_per_call
 from pe_research.core.errors import ConfigError
 from pe_research.model import build_model, model_line
-from pe_research.model.factory import abstract_model
 from pe_research.model.member_settings import members_model_settings
-from pe_research.model.padded_vocab import crop_to, pad_to, shapes_of, widest
+from pe_research.model.padded_vocab import crop_to, pad_to, widest
 from pe_research.runs import provenance
 from pe_research.runs.checkpoint import abstract_like, run_checkpointer
 from pe_research.runs.lock import RunDirLock
@@ -73,6 +67,7 @@ from pe_research.training.loop import (
     prepare_run_dir,
     start_from_source,
 )
+from pe_research.training.member_checks import check_members, member_shapes
 from pe_research.training.optimizer import OPTIMIZER_SETTINGS, setting_value
 from pe_research.training.periodic_eval import PeriodicEvaluator
 from pe_research.training.program_memory import (
@@ -93,43 +88,6 @@ class EnsembleResult:
     diverged: dict[Path, str]
     compilations: int
     steps_per_second: float
-
-
-def check_members(configs: Sequence[ml_collections.ConfigDict]) -> None:
-    """ConfigError unless the members differ only in ``stacking.STACKED_KEYS`` (and in them:
-    no two members alike)."""
-    if not configs:
-        raise ConfigError("members", (), "an ensemble needs at least one member")
-    first = to_dict(configs[0])
-    for index, config in enumerate(configs[1:], 1):
-        key = first_difference(first, to_dict(config))
-        if key is not None:
-            flat_first, flat_other = flat_config(first), flat_config(to_dict(config))
-            raise ConfigError(key, flat_other.get(key), f"member {index} differs from member 0 "
-                              f"({flat_first.get(key)!r}); members of one program may differ "
-                              f"only in {stacked_keys_text()}")
-    flats = [flat_config(to_dict(c)) for c in configs]
-    runs = [repr([(key, value) for key, value in sorted(flat.items())
-                  if stacked(key, flat) and not key.startswith("wandb.")]) for flat in flats]
-    if len(set(runs)) != len(runs):
-        raise ConfigError("seed", [int(c.seed) for c in configs], "members need distinct seeds "
-                          "(or optimizer settings, dropout rates, wavelength bases, scalings, "
-                          "randomized ranges, tasks or lengths)")
-
-
-def member_shapes(configs: Sequence[ml_collections.ConfigDict],
-                  vocab_sizes: Sequence[int]) -> None:
-    """ConfigError unless every member's model, built at the widest vocabulary, has the same
-    parameter shapes (the program is one graph)."""
-    width = max(vocab_sizes)
-    reference = None
-    for index, config in enumerate(configs):
-        shapes = shapes_of(nnx.state(abstract_model(config, width), nnx.Param))
-        if reference is None:
-            reference = shapes
-        elif shapes != reference:
-            raise ConfigError("members", index, "member's parameter shapes differ from member "
-                              "0's; members of one program share the model's shapes")
 
 
 def stack(trees: Sequence[Any]) -> Any:
