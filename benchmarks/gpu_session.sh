@@ -23,7 +23,10 @@
 #   default 0.8: about 16 compiles) with its evaluations during training (a compile and two
 #   passes for each of the 6 models; EVERY_SHAPE_EXTRA adds arguments, e.g.
 #   --config.data.length_stream=shared; give THROUGHPUT_S about 480: the training projection
-#   prints before the evaluations are timed), run only when named.
+#   prints before the evaluations are timed), and large_flags, the `large` part again under each
+#   set of XLA flags in LARGE_XLA_FLAGS (';'-separated; default: Triton GEMMs that take in their
+#   element-wise neighbours, then cuBLASLt's bias and GELU epilogues; SPEED_S each), run only
+#   when named.
 # pilot: configs/sweeps/randomized_pe_pilot.py, one cell of that table (plain and randomized,
 #   3 seeds, one program) for PILOT_STEPS of the table's 100,000 steps, evaluated at every
 #   length 1-500, then its table in the paper's metric (PILOT_S in all). On an H200 its 6
@@ -48,7 +51,7 @@ if [ "$STAGE" != speed ] && [ "$STAGE" != pilot ]; then
   echo "usage: bash benchmarks/gpu_session.sh wheels|speed|pilot (see its first lines)" >&2
   exit 2
 fi
-ALL_PARTS="first_program costliest_program large ensemble length_stream every_shape"
+ALL_PARTS="first_program costliest_program large ensemble length_stream every_shape large_flags"
 SPEED_PARTS=${SPEED_PARTS:-first_program large ensemble}
 for part in $SPEED_PARTS; do
   if [[ " $ALL_PARTS " != *" $part "* ]]; then
@@ -68,6 +71,9 @@ PILOT_STEPS=${PILOT_STEPS:-10000}
 THROUGHPUT_S=${THROUGHPUT_S:-220} SPEED_S=${SPEED_S:-60} PILOT_S=${PILOT_S:-300}
 THROUGHPUT_MEMBERS=${THROUGHPUT_MEMBERS:-1,8,32,128}
 STREAM_STEPS=${STREAM_STEPS:-1000} STREAM_S=${STREAM_S:-120}
+LARGE="train_speed --shapes large --dtypes bfloat16 --implementations cudnn --steps-per-call 1"
+LARGE_XLA_FLAGS=${LARGE_XLA_FLAGS:-"--xla_gpu_enable_triton_gemm=true \
+--xla_gpu_triton_gemm_any=true;--xla_gpu_enable_cublaslt=true"}
 WORK=${WORK:-/tmp/gpu_session}  # kept between calls to a warm machine
 export PYTHON PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$OUT"
@@ -110,8 +116,14 @@ if [ "$STAGE" = speed ]; then
         "sweep_throughput --stack points --members $THROUGHPUT_MEMBERS" || failed=1 ;;
       costliest_program) bench costliest_program "$THROUGHPUT_S" "sweep_throughput --members 30 \
 --point task.name=duplicate_string,pe.type=transformer_xl,max_position=2048" || failed=1 ;;
-      large) bench large "$SPEED_S" "train_speed --shapes large --dtypes bfloat16 \
---implementations cudnn --steps-per-call 1" || failed=1 ;;
+      large) bench large "$SPEED_S" "$LARGE" || failed=1 ;;
+      large_flags)
+        IFS=';' read -ra flag_sets <<< "$LARGE_XLA_FLAGS"
+        for i in "${!flag_sets[@]}"; do
+          echo "== large with XLA_FLAGS=${flag_sets[$i]}"
+          XLA_FLAGS="${XLA_FLAGS:-} ${flag_sets[$i]}" bench "large_flags_$i" "$SPEED_S" "$LARGE" \
+            || failed=1
+        done ;;
       ensemble) bench ensemble "$SPEED_S" "ensemble_speed --members 1,32 --steps-per-call 10" \
         || failed=1 ;;
       length_stream) streams || failed=1 ;;

@@ -354,7 +354,8 @@ def test_the_gpu_session_names_its_stages_and_parts_when_given_others(tmp_path):
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
     assert done.stderr == ("SPEED_PARTS: no part 'mfu'; choose from: first_program "
-                           "costliest_program large ensemble length_stream every_shape\n")
+                           "costliest_program large ensemble length_stream every_shape "
+                           "large_flags\n")
     assert not (tmp_path / "out").exists()
 
 
