@@ -4,6 +4,7 @@
     python benchmarks/ensemble_speed.py --members 1,8,32 --steps 50
     python benchmarks/ensemble_speed.py --config.model.d_model=32   # any config override
     python benchmarks/ensemble_speed.py --steps-per-call 1             # one step per call
+    python benchmarks/ensemble_speed.py --draw-workers 4               # batches drawn ahead too
 
 For each member count M: the train step of ``training/ensemble.py`` over M stacked members,
 timed over ``--steps`` steps after warm-up (``block_until_ready``), ``--steps-per-call`` steps
@@ -14,10 +15,12 @@ bucket, exactly as ``pe-research sweep`` trains them; data generation is exclude
 (both paths need it) and timed on its own: the host's ms per step to draw, stack and place the
 M members' batches; and the loop's ms per step, the step as the trainer runs it, each step's
 batches drawn while the device runs the previous one (where the host's batches take longer
-than the step, the loop waits on the host). Printed per M: the step's ms, the ratio to
-one-by-one training, examples/s per member, compile time, the host's batches, the loop; on a GPU
-also FLOPs per step (XLA's cost analysis of the one-step program), MFU against the device's
-dense bf16 peak, and peak device memory.
+than the step, the loop waits on the host); with ``--draw-workers W``, both again with each
+step's batches drawn ahead by W spawned processes (``step_timing.WorkerDrawer``). Printed per
+M: the step's ms, the ratio to one-by-one training, examples/s per member, compile time, the
+host's batches, the loop; on a GPU also FLOPs per step (XLA's cost analysis of the one-step
+program), MFU against the device's dense bf16 peak, and peak device memory; then the two
+columns with W processes.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 from step_timing import (
+    WorkerDrawer,
     as_called,
     batch_drawer,
     draw_seconds,
@@ -60,6 +64,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="timed steps per block")
     parser.add_argument("--steps-per-call", type=int, default=0,
                         help="train steps per call; 0: what the trainer picks for the config")
+    parser.add_argument("--draw-workers", type=int, default=0,
+                        help="also the host's batches and the loop with the batches drawn ahead "
+                             "by this many processes")
     overrides, rest = collect_overrides(sys.argv[1:])
     args = parser.parse_args(rest)
     config = load_config(args.config, overrides)
@@ -67,6 +74,9 @@ def main() -> None:
     member_counts = [int(m) for m in args.members.split(",") if m]
     if not member_counts or min(member_counts) < 1:
         raise UsageError(f"--members {args.members}: give positive counts, e.g. 1,4,8")
+    if args.draw_workers < 0:
+        raise UsageError(f"--draw-workers {args.draw_workers}: give 0 (none) or a positive "
+                         "count of processes")
     if args.steps_per_call < 0:
         raise UsageError(f"--steps-per-call {args.steps_per_call}: give 0 (the trainer's "
                          "choice) or a positive count")
@@ -86,13 +96,17 @@ def main() -> None:
           f" compile {single_compile:.1f}s")
     print("| members | ms/step (one program) | one by one (ms) | ratio | examples/s per member "
           "| compile (s) | host batches (ms/step) | loop (ms/step) | GFLOP/step | MFU "
-          "| peak mem (GB) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| peak mem (GB) |" + (f" host batches, {args.draw_workers} processes (ms/step) | "
+                                 f"loop, {args.draw_workers} processes (ms/step) |"
+                                 if args.draw_workers else ""))
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+          + ("---:|---:|" if args.draw_workers else ""))
     peak = peak_flops(device)
     for members in member_counts:
         steps, member_batches = ensemble_train_state(config, members, max(8, 2 * per_call))
         flops = program_flops(steps.train.lower(member_batches[:1])) or float("nan")
         fresh = jax.tree.map(jnp.copy, steps.train.leaves)  # a call donates its state
+        fresh_too = jax.tree.map(jnp.copy, steps.train.leaves) if args.draw_workers else None
         compile_s, step_s = timed(as_called(steps.train), steps.train.leaves,
                                   groups(member_batches, per_call), args.steps,
                                   per_call=per_call)
@@ -101,13 +115,25 @@ def main() -> None:
         host_s = draw_seconds(draw, args.steps)
         loop_s = timed_loop(as_called(steps.train), fresh, groups(member_batches, per_call), draw,
                             args.steps, per_call=per_call)
+        ahead = ""
+        if args.draw_workers:
+            workers = WorkerDrawer(seed_members(config, members), args.draw_workers,
+                                   member_batch_sharded(ensemble_mesh(members)))
+            try:
+                host_ahead = draw_seconds(workers, args.steps)
+                loop_ahead = timed_loop(as_called(steps.train), fresh_too,
+                                        groups(member_batches, per_call), workers, args.steps,
+                                        per_call=per_call)
+                ahead = f" {host_ahead * 1e3:.2f} | {loop_ahead * 1e3:.1f} |"
+            finally:
+                workers.close()
         mfu = f"{100 * flops / step_s / peak:.1f}%" if peak else "-"
         memory = memory_gb(device)
         sequential = members * single_step
         print(f"| {members} | {step_s * 1e3:.1f} | {sequential * 1e3:.1f} | "
               f"{sequential / step_s:.2f}x | {batch / step_s:,.0f} | {compile_s:.1f} | "
               f"{host_s * 1e3:.2f} | {loop_s * 1e3:.1f} | {flops / 1e9:.2f} | {mfu} | "
-              f"{'-' if memory is None else f'{memory:.2f}'} |",
+              f"{'-' if memory is None else f'{memory:.2f}'} |{ahead}",
               flush=True)
 
 

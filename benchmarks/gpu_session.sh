@@ -12,7 +12,8 @@
 #   row), the projected device-hours of the whole table's training, then its evaluation as the
 #   report runs it (the grid points that share a model, up to 32 runs a program) and the total
 #   (THROUGHPUT_S); large: the `large` shape's train step in bfloat16 with cuDNN attention (its
-#   MFU); ensemble: 1 against 32 ensemble members (SPEED_S each). SPEED_PARTS picks parts, in
+#   MFU); ensemble: 1 against 32 ensemble members, their batches also drawn ahead by
+#   DRAW_WORKERS processes (default 4; SPEED_S each). SPEED_PARTS picks parts, in
 #   order (default: first_program large ensemble); costliest_program, the table's program as if
 #   every one cost what its costliest does (duplicate_string, the longest sequences, on
 #   Transformer-XL; 30 members; THROUGHPUT_S), and length_stream, the pilot's 6 runs trained
@@ -124,8 +125,8 @@ if [ "$STAGE" = speed ]; then
           XLA_FLAGS="${XLA_FLAGS:-} ${flag_sets[$i]}" bench "large_flags_$i" "$SPEED_S" "$LARGE" \
             || failed=1
         done ;;
-      ensemble) bench ensemble "$SPEED_S" "ensemble_speed --members 1,32 --steps-per-call 10" \
-        || failed=1 ;;
+      ensemble) bench ensemble "$SPEED_S" "ensemble_speed --members 1,32 --steps-per-call 10 \
+--draw-workers ${DRAW_WORKERS:-4}" || failed=1 ;;
       length_stream) streams || failed=1 ;;
       every_shape) bench every_shape "$THROUGHPUT_S" "sweep_throughput --members 30 --every-shape \
 --coverage ${COVERAGE:-0.8} ${EVERY_SHAPE_EXTRA:-}" || failed=1 ;;

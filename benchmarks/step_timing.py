@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import functools
 import math
+import multiprocessing
 import re
 import statistics
 import sys
@@ -367,3 +368,39 @@ def batch_drawer(configs: Sequence[Any], sharding: Any = None) -> Callable[[int]
         return stacked if sharding is None else jax.device_put(stacked, sharding)
 
     return draw
+
+
+# A drawing process's members: their tasks and ``(config.data as a dict, seed)``.
+_WORKER_MEMBERS: tuple[list[Any], list[tuple[dict, int]]] = ([], [])
+
+
+def _start_worker(members: list[tuple[dict, dict, int]]) -> None:
+    _WORKER_MEMBERS[0][:] = [get_task(task, data_block) for task, data_block, _ in members]
+    _WORKER_MEMBERS[1][:] = [(data_block, seed) for _, data_block, seed in members]
+
+
+def _worker_batch(step: int) -> dict:
+    return data.program_batch(*_WORKER_MEMBERS, step)
+
+
+class WorkerDrawer:
+    """``draw(step)`` as ``batch_drawer``'s, each step's batches drawn ahead by one of
+    ``workers`` spawned processes (``2 x workers`` steps ahead): what drawing a program's
+    batches beside its training loop would give. ``close()`` ends the processes."""
+
+    def __init__(self, configs: Sequence[Any], workers: int, sharding: Any = None):
+        members = [(c.task.to_dict(), c.data.to_dict(), int(c.seed)) for c in configs]
+        self.pool = multiprocessing.get_context("spawn").Pool(
+            workers, initializer=_start_worker, initargs=(members,))
+        self.ahead, self.sharding, self.pending = 2 * workers, sharding, {}
+
+    def __call__(self, step: int) -> Any:
+        for ahead in range(step, step + self.ahead):
+            if ahead not in self.pending:
+                self.pending[ahead] = self.pool.apply_async(_worker_batch, (ahead,))
+        stacked = self.pending.pop(step).get()
+        return stacked if self.sharding is None else jax.device_put(stacked, self.sharding)
+
+    def close(self) -> None:
+        self.pool.terminate()
+        self.pool.join()

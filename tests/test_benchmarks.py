@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tarfile
 
+import numpy as np
 import pytest
 from conftest import REPO, run_script_here
 from sweep_files import write_sweep
@@ -629,7 +630,7 @@ def test_a_step_is_timed_at_the_widest_of_its_batches_shapes(tmp_path):
 @pytest.mark.slow
 def test_ensemble_speed_prints_one_row_per_member_count():
     out = run_script("benchmarks/ensemble_speed.py", "--members", "1,2", "--steps", "2",
-                     "--steps-per-call", "2", "--config.model.d_model=16",
+                     "--steps-per-call", "2", "--draw-workers", "1", "--config.model.d_model=16",
                      "--config.model.d_ff=32", "--config.data.batch_size=8",
                      "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1")
     assert "2 timed steps x 3 blocks, 2 per call" in out  # both programs run two steps per call
@@ -637,11 +638,37 @@ def test_ensemble_speed_prints_one_row_per_member_count():
             if line.startswith("| ") and "members" not in line]
     assert [row[0] for row in rows] == ["1", "2"]
     single = float(out.split("single run: ")[1].split(" ms/step")[0])
-    for members, ms, one_by_one, ratio, per_member, _, host, loop, *_ in rows:
+    for (members, ms, one_by_one, ratio, per_member, _, host, loop, *_, host_ahead,
+         loop_ahead) in rows:
         assert float(one_by_one) == pytest.approx(int(members) * single, abs=0.1 * int(members))
         assert float(ratio.rstrip("x")) == pytest.approx(float(one_by_one) / float(ms), rel=0.1)
         assert int(per_member.replace(",", "")) == pytest.approx(8 / float(ms) * 1e3, rel=0.1)
         assert float(host) > 0 and float(loop) > 0  # the host's batches; the step with them
+        assert float(host_ahead) > 0 and float(loop_ahead) > 0  # the same, drawn by a process
+
+
+def test_batches_drawn_by_processes_are_the_programs_own(tmp_path):
+    """``WorkerDrawer``'s batches, steps asked out of order and again, equal ``batch_drawer``'s:
+    two members of two tasks, one with position IDs."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import ml_collections
+    from step_timing import WorkerDrawer, batch_drawer, seed_members
+
+    from pe_research.config import load_config
+    from pe_research.tasks import default_task_config
+
+    configs = seed_members(load_config(REPO / "configs/default.py"), 2)
+    configs[1].task = ml_collections.ConfigDict(default_task_config("addition"))
+    configs[1].data.train_lengths = (1, 6)
+    expected, workers = batch_drawer(configs), WorkerDrawer(configs, 2)
+    try:
+        for step in (0, 3, 1, 3, 0):
+            got, want = workers(step), expected(step)
+            assert sorted(got) == sorted(want) and "source_abacus" in got
+            for key, value in want.items():
+                np.testing.assert_array_equal(got[key], value, err_msg=key)
+    finally:
+        workers.close()
 
 
 @pytest.mark.slow
