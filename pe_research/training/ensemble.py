@@ -300,12 +300,14 @@ def _train_locked(configs, run_dirs, tasks, changes, sources, mesh, eval_mesh,
     def batch(data_step: int) -> dict[str, jax.Array]:
         return jax.device_put(data.program_batch(tasks, data_blocks, data_step), batch_sharding)
 
+    # One program takes a member's part of every leaf: leaf by leaf, each slice is a dispatch.
+    take_member = jax.jit(lambda tree, k: jax.tree.map(lambda leaf: leaf[k], tree))
+
     def member_state(tree: Any, k: int) -> Any:
         """Member k's params or optimizer state, cut to its own shapes."""
         like = next(skeleton for skeleton in own[k]
                     if jax.tree.structure(skeleton) == jax.tree.structure(tree))
-        return jax.device_put(crop_to(jax.tree.map(lambda leaf: leaf[k], tree), like),
-                              on_eval_mesh)
+        return jax.device_put(crop_to(take_member(tree, k), like), on_eval_mesh)
 
     loop = StepLoop(members, steps, batch, member_state=member_state,
                     stacked_finite=jax.jit(jax.vmap(all_finite)), steps_per_call=per_call)

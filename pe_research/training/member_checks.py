@@ -43,7 +43,12 @@ def member_shapes(configs: Sequence[ml_collections.ConfigDict],
     parameter shapes (the program is one graph)."""
     width = max(vocab_sizes)
     reference = None
+    checked = set()  # members whose model blocks are alike (seeds, tasks) build one model
     for index, config in enumerate(configs):
+        block = repr(sorted(flat_config(to_dict(config.model)).items()))
+        if block in checked:
+            continue
+        checked.add(block)
         shapes = shapes_of(nnx.state(abstract_model(config, width), nnx.Param))
         if reference is None:
             reference = shapes
