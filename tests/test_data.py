@@ -9,6 +9,7 @@ import pytest
 
 from pe_research import data
 from pe_research.core.errors import ConfigError
+from pe_research.data.batches import PLAN_STREAM, stream_generator
 from pe_research.tasks import GENERATED_TASKS, TASKS, Examples, default_task_config, get_task
 
 BUCKETS = (8, 16, 32, 64, 128)
@@ -127,6 +128,15 @@ def test_training_batches_stay_those_runs_trained_on():
     assert digest.hexdigest() == (
         "0cc115af7ccbc3ad98692b999c94ac3ebe72c2edbafab72abe0511bb64523caa")
 
+
+
+@pytest.mark.parametrize("words", [(0, 0), (3, PLAN_STREAM, 12), (2**32 - 1, 7),
+                                   (2**32, 7), (5, 2**40, 1)])
+def test_a_stream_generator_draws_numpys_stream_of_the_same_words(words):
+    """Words of 32 bits go in as a uint32 array; wider ones as numpy takes them: one stream."""
+    got = stream_generator(*words).integers(0, 2**62, size=8)
+    want = np.random.default_rng(list(words)).integers(0, 2**62, size=8)
+    np.testing.assert_array_equal(got, want)
 
 def test_train_batch_is_fixed_by_seed_step_and_process(reverse):
     first = data.train_batch(reverse, data_cfg(), seed=1, step=5)

@@ -35,6 +35,14 @@ PLAN_STREAM, EXAMPLE_STREAM = 0x91A7, 0xE8A3
 LENGTH_STREAMS = ("seed", "shared")
 
 
+def stream_generator(*words: int) -> np.random.Generator:
+    """``np.random.default_rng([*words])``: the same stream. Words that fit 32 bits go in as
+    a uint32 array, which numpy's seeding reads as it is instead of converting each int (a
+    program builds two generators per member at every step)."""
+    if all(0 <= word < 1 << 32 for word in words):
+        return np.random.default_rng(np.array(words, np.uint32))
+    return np.random.default_rng(list(words))
+
 def bucket_length(n: int, buckets: Sequence[int]) -> int:
     """Smallest bucket >= ``n`` (0 for a task without a source); ConfigError naming
     ``data.buckets`` if none is that long."""
@@ -153,7 +161,7 @@ def train_examples(task: Task, data_cfg: Mapping[str, Any], seed: int, step: int
     keys, source_width, target_width = _batch_plan(task, data_cfg, seed, step)
     local_size = global_size // process_count
     local_keys = keys[process_index * local_size:(process_index + 1) * local_size]
-    rng = np.random.default_rng([seed, EXAMPLE_STREAM, step, process_index])
+    rng = stream_generator(seed, EXAMPLE_STREAM, step, process_index)
     return task.make_examples(local_keys, rng), source_width, target_width
 
 def train_widths(task: Task, data_cfg: Mapping[str, Any], seed: int,
@@ -166,7 +174,8 @@ def _batch_plan(task: Task, data_cfg: Mapping[str, Any], seed: int,
                 step: int) -> tuple[Any, int, int]:
     """(the global batch's example keys, its source width, its target width) of ``step``."""
     shared = data_cfg.get("length_stream", "seed") == "shared"
-    plan_rng = np.random.default_rng([PLAN_STREAM, step] if shared else [seed, PLAN_STREAM, step])
+    plan_rng = (stream_generator(PLAN_STREAM, step) if shared
+                else stream_generator(seed, PLAN_STREAM, step))
     keys = task.draw_train_keys(plan_rng, int(data_cfg["batch_size"]), data_cfg["train_lengths"],
                                 data_cfg.get("length_sampling", "per_batch"))
     source_len, target_len = task.max_lengths(keys)

@@ -76,10 +76,11 @@ class AlgorithmicTask(Task):
 
     def make_examples(self, keys: np.ndarray, rng: np.random.Generator) -> Examples:
         keys = np.asarray(keys, dtype=np.int32)
+        if keys.size and (keys == keys[0]).all():  # one length per batch, the usual case
+            self.check_lengths((keys[0],), "length")
+            return self.examples_of_length(rng, int(keys[0]), keys.size)
         unique = np.unique(keys)
         self.check_lengths(unique, "length")
-        if unique.size == 1:
-            return self.examples_of_length(rng, int(unique[0]), keys.size)
         groups = []
         order = []
         for n in unique:
