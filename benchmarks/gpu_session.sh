@@ -26,7 +26,9 @@
 #   --config.data.length_stream=shared; give THROUGHPUT_S about 480: the training projection
 #   prints before the evaluations are timed), and large_flags, the `large` part again under each
 #   set of XLA flags in LARGE_XLA_FLAGS (';'-separated; default: Triton GEMMs that take in their
-#   element-wise neighbours, then cuBLASLt's bias and GELU epilogues; SPEED_S each), run only
+#   element-wise neighbours, then cuBLASLt's bias and GELU epilogues; SPEED_S each), and
+#   profiles, where three float32 steps spend their device time (step_profile.py: by kind of
+#   kernel, pass, part of the model, top instructions; PROFILES below; SPEED_S each), run only
 #   when named.
 # pilot: configs/sweeps/randomized_pe_pilot.py, one cell of that table (plain and randomized,
 #   3 seeds, one program) for PILOT_STEPS of the table's 100,000 steps, evaluated at every
@@ -52,7 +54,8 @@ if [ "$STAGE" != speed ] && [ "$STAGE" != pilot ]; then
   echo "usage: bash benchmarks/gpu_session.sh wheels|speed|pilot (see its first lines)" >&2
   exit 2
 fi
-ALL_PARTS="first_program costliest_program large ensemble length_stream every_shape large_flags"
+ALL_PARTS="first_program costliest_program large ensemble length_stream every_shape"
+ALL_PARTS+=" large_flags profiles"
 SPEED_PARTS=${SPEED_PARTS:-first_program large ensemble}
 for part in $SPEED_PARTS; do
   if [[ " $ALL_PARTS " != *" $part "* ]]; then
@@ -75,6 +78,14 @@ STREAM_STEPS=${STREAM_STEPS:-1000} STREAM_S=${STREAM_S:-120}
 LARGE="train_speed --shapes large --dtypes bfloat16 --implementations cudnn --steps-per-call 1"
 LARGE_XLA_FLAGS=${LARGE_XLA_FLAGS:-"--xla_gpu_enable_triton_gemm=true \
 --xla_gpu_triton_gemm_any=true;--xla_gpu_enable_cublaslt=true"}
+# Where a float32 step's device time goes: the default config's 32 members (the step ratio's
+# goal), the table's first program (even_pairs on NoPE) at 32 and its costliest (duplicate_string
+# on Transformer-XL) at 30, the table's model at its training length 40.
+TABLE_MODEL="--config.train.predict_eos=False --config.model.pe.randomize.per=batch"
+PROFILES=("--shape default --members 32"
+  "--shape randomized_pe --members 32 --config.task.name=even_pairs --config.model.pe.type=none \
+--config.model.pe.randomize.max_position=0 $TABLE_MODEL"
+  "--shape randomized_pe --members 30 $TABLE_MODEL")
 WORK=${WORK:-/tmp/gpu_session}  # kept between calls to a warm machine
 export PYTHON PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$OUT"
@@ -127,6 +138,12 @@ if [ "$STAGE" = speed ]; then
         done ;;
       ensemble) bench ensemble "$SPEED_S" "ensemble_speed --members 1,32 --steps-per-call 10 \
 --draw-workers ${DRAW_WORKERS:-4}" || failed=1 ;;
+      profiles)
+        for i in "${!PROFILES[@]}"; do
+          echo "== profile: ${PROFILES[$i]}"
+          bench "profile_$i" "$SPEED_S" "step_profile --implementation xla --dtype float32 \
+${PROFILES[$i]}" || failed=1
+        done ;;
       length_stream) streams || failed=1 ;;
       every_shape) bench every_shape "$THROUGHPUT_S" "sweep_throughput --members 30 --every-shape \
 --coverage ${COVERAGE:-0.8} ${EVERY_SHAPE_EXTRA:-}" || failed=1 ;;

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 import jax
-from step_timing import compile_train_step, run
+from step_timing import check_fits, compile_train_step, run
 from train_speed import SHAPES, shape_config
 
 from pe_research.config import collect_overrides
@@ -294,6 +294,11 @@ def main() -> None:
           f"shape {args.shape}, {args.implementation}, {args.dtype}"
           + (f", {args.members} members in one program" if args.members else ""))
     step = compile_train_step(config, members=args.members)
+    try:
+        check_fits(step.executable)
+    except MemoryError as error:  # running it would fail, or swap for hours on a host
+        raise UsageError(f"{str(error).removeprefix('skipped: ')}; profile fewer --members "
+                         "or a smaller --shape") from None
     hlo = step.executable.as_text()
     with tempfile.TemporaryDirectory() as trace_dir:
         step_s, wall_s, path = profile(step, args.steps, Path(trace_dir))
