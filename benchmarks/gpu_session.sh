@@ -28,7 +28,8 @@
 #   set of XLA flags in LARGE_XLA_FLAGS (';'-separated; default: Triton GEMMs that take in their
 #   element-wise neighbours, then cuBLASLt's bias and GELU epilogues; SPEED_S each), and
 #   profiles, where three float32 steps spend their device time (step_profile.py: by kind of
-#   kernel, pass, part of the model, top instructions; PROFILES below; SPEED_S each), run only
+#   kernel, pass, part of the model, top instructions; PROFILES below; SPEED_S each), and
+#   first_program_bf16, first_program in bfloat16 with cuDNN attention (THROUGHPUT_S), run only
 #   when named.
 # pilot: configs/sweeps/randomized_pe_pilot.py, one cell of that table (plain and randomized,
 #   3 seeds, one program) for PILOT_STEPS of the table's 100,000 steps, evaluated at every
@@ -55,7 +56,7 @@ if [ "$STAGE" != speed ] && [ "$STAGE" != pilot ]; then
   exit 2
 fi
 ALL_PARTS="first_program costliest_program large ensemble length_stream every_shape"
-ALL_PARTS+=" large_flags profiles"
+ALL_PARTS+=" large_flags profiles first_program_bf16"
 SPEED_PARTS=${SPEED_PARTS:-first_program large ensemble}
 for part in $SPEED_PARTS; do
   if [[ " $ALL_PARTS " != *" $part "* ]]; then
@@ -126,6 +127,9 @@ if [ "$STAGE" = speed ]; then
     case "$part" in
       first_program) bench first_program "$THROUGHPUT_S" \
         "sweep_throughput --stack points --members $THROUGHPUT_MEMBERS" || failed=1 ;;
+      first_program_bf16) bench first_program_bf16 "$THROUGHPUT_S" "sweep_throughput --stack \
+points --members $THROUGHPUT_MEMBERS --config.model.dtype=bfloat16 \
+--config.model.attention_implementation=cudnn" || failed=1 ;;
       costliest_program) bench costliest_program "$THROUGHPUT_S" "sweep_throughput --members 30 \
 --point task.name=duplicate_string,pe.type=transformer_xl,max_position=2048" || failed=1 ;;
       large) bench large "$SPEED_S" "$LARGE" || failed=1 ;;

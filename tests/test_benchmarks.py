@@ -356,7 +356,7 @@ def test_the_gpu_session_names_its_stages_and_parts_when_given_others(tmp_path):
     assert done.returncode == 2
     assert done.stderr == ("SPEED_PARTS: no part 'mfu'; choose from: first_program "
                            "costliest_program large ensemble length_stream every_shape "
-                           "large_flags profiles\n")
+                           "large_flags profiles first_program_bf16\n")
     assert not (tmp_path / "out").exists()
 
 
