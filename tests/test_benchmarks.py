@@ -267,6 +267,24 @@ def test_step_profile_attributes_a_cpu_ensemble_step_to_the_models_parts():
     assert tables["pass"]["forward"] > 0 and tables["pass"]["backward"] > 0
 
 
+def test_step_profile_refuses_a_step_the_device_cannot_hold(monkeypatch):
+    """After the compile, before any step runs: one line naming the fix."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import step_profile
+    import step_timing
+
+    from pe_research.core.errors import UsageError
+
+    monkeypatch.setattr(step_timing, "device_memory_bytes", lambda device: 0)
+    monkeypatch.setattr(sys, "argv", [
+        "step_profile.py", "--shape", "default", "--members", "2", "--config.model.d_model=16",
+        "--config.model.d_ff=32", "--config.data.batch_size=4"])
+    monkeypatch.setattr(step_profile, "profile", lambda *args: pytest.fail("a step ran"))
+    with pytest.raises(UsageError, match=r"^its step needs [0-9.]+ GB, the device has 0\.0; "
+                                         r"profile fewer --members or a smaller --shape$"):
+        step_profile.main()
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (("train_speed.py", "--steps-per-call", "0"),
      "error: --steps-per-call 0: give positive integers, e.g. 1,10"),
