@@ -4,7 +4,7 @@ the host's time per step for the batches of one program of a sweep.
     .venv/bin/python benchmarks/data_throughput.py [--batch-size 256] [--lengths 40 500]
         [--seconds 1.0] [--scan-dir data/scan]
     .venv/bin/python benchmarks/data_throughput.py --sweep configs/sweeps/randomized_pe_table.py
-        [--members 1,8,32] [--point NAME] [--steps 20]
+        [--members 1,8,32] [--point NAME] [--steps 20] [--eval]
 
 Each cell times whole padded batches (generation, bucket padding, BOS/EOS, masks) of one
 task length for about ``--seconds`` after one warm-up batch, and prints a markdown table.
@@ -17,20 +17,33 @@ them), drawn and stacked to one width as the ensemble trainer does before each s
 ``--steps`` steps in each of three blocks (the fastest block counts). The training loop draws
 them while the device runs the previous step, so a program whose step is shorter than this waits
 on the host.
+
+With ``--sweep --eval``: the same members' evaluation data instead, as a sweep's report reads it
+for one program (``evaluate_members``): the seconds to freeze their eval sets, then the host's
+ms per evaluated length for each member's first batch and the members' batches stacked, over
+the point's eval lengths. The device evaluates a length while the host waits for its numbers, so
+this adds to every length's time.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import platform
+import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from step_timing import batch_drawer, draw_seconds, run
 from sweep_throughput import chosen_point, member_configs, member_counts
 
-from pe_research.data import train_batch
+from pe_research.config import from_mapping
+from pe_research.data import eval_batches, eval_dataset, eval_widths, train_batch
+from pe_research.evaluation.members_eval import stacked_eval_batches
+from pe_research.evaluation.range_eval import default_lengths
 from pe_research.sweeps.spec import load_sweep
 from pe_research.tasks import GENERATED_TASKS, TASKS, default_task_config, get_task
 
@@ -59,9 +72,11 @@ def main() -> None:
     parser.add_argument("--members", default="1,8,32", help="with --sweep: member counts")
     parser.add_argument("--point", default=None, help="with --sweep: the grid point (its name)")
     parser.add_argument("--steps", type=int, default=20, help="with --sweep: steps per block")
+    parser.add_argument("--eval", action="store_true",
+                        help="with --sweep: the members' evaluation batches instead")
     args = parser.parse_args()
     if args.sweep:
-        program_batches(args)
+        (program_eval_batches if args.eval else program_batches)(args)
         return
 
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
@@ -92,15 +107,29 @@ def main() -> None:
     print(f"tasks under {TARGET_RATE:,} examples/s at n <= 40: {slow or 'none'}")
 
 
-def program_batches(args: argparse.Namespace) -> None:
-    """The host's ms per step for the stacked batches of ``--members`` members of a program."""
+def sweep_program(args: argparse.Namespace,
+                  measured: Callable[[Any], str]) -> tuple[list[int], Any, Any]:
+    """(``--members`` counts, the sweep's plan, the measured point), after a header naming them
+    and ``measured(point)``."""
     counts = member_counts(args.members)
     plan = load_sweep(args.sweep, [])
     point = chosen_point(plan.points, args.point)
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, numpy "
-          f"{np.__version__}; {args.sweep}, the program of {point.name} (--stack points); best "
-          f"of 3 blocks of {args.steps} steps")
+          f"{np.__version__}; {args.sweep}, the program of {point.name} (--stack points); "
+          f"{measured(point)}")
     print()
+    return counts, plan, point
+
+
+def point_lengths(point: Any) -> tuple[int, ...]:
+    """The eval lengths of a grid point's runs."""
+    return default_lengths(from_mapping(copy.deepcopy(point.members[0].config)))
+
+
+def program_batches(args: argparse.Namespace) -> None:
+    """The host's ms per step for the stacked batches of ``--members`` members of a program."""
+    counts, plan, point = sweep_program(
+        args, lambda point: f"best of 3 blocks of {args.steps} steps")
     print("| members | host ms/step | examples/s |")
     print("|---:|---:|---:|")
     for members in counts:
@@ -108,6 +137,34 @@ def program_batches(args: argparse.Namespace) -> None:
         seconds = draw_seconds(batch_drawer(configs), args.steps)
         rows = sum(int(config.data.batch_size) for config in configs)
         print(f"| {members} | {seconds * 1e3:.2f} | {rows / seconds:,.0f} |")
+
+
+def program_eval_batches(args: argparse.Namespace) -> None:
+    """The host's ms per evaluated length for the eval batches of ``--members`` members."""
+    counts, plan, point = sweep_program(
+        args, lambda point: f"{len(point_lengths(point))} eval lengths")
+    lengths = point_lengths(point)
+    print("| members | sets frozen (s) | host ms/length | examples/s |")
+    print("|---:|---:|---:|---:|")
+    for members in counts:
+        configs = member_configs(plan, point, members, "points")
+        with tempfile.TemporaryDirectory(prefix="data_throughput_") as root:
+            start = time.perf_counter()
+            tasks = [get_task(c.task.to_dict(), c.data.to_dict()) for c in configs]
+            sets = [eval_dataset(task, lengths, c.data.eval_samples, c.seed, root)
+                    for task, c in zip(tasks, configs, strict=True)]
+            frozen = time.perf_counter() - start
+            buckets, rows = tuple(configs[0].data.buckets), int(configs[0].eval.batch_size)
+            plans = [eval_widths(dataset, lengths, buckets) for dataset in sets]
+            examples, start = 0, time.perf_counter()
+            for length in lengths:
+                for dataset, widths in zip(sets, plans, strict=True):  # the rows' estimate
+                    next(eval_batches(dataset, length, rows, buckets, widths=widths[length]))
+                for batch in stacked_eval_batches(sets, plans, length, rows, buckets):
+                    examples += int(np.count_nonzero(batch["lengths"]))
+            seconds = (time.perf_counter() - start) / len(lengths)
+        print(f"| {members} | {frozen:.1f} | {seconds * 1e3:.2f} | "
+              f"{examples / len(lengths) / seconds:,.0f} |", flush=True)
 
 
 if __name__ == "__main__":

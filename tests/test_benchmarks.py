@@ -46,6 +46,20 @@ def test_data_throughput_times_a_sweep_programs_stacked_batches():
         examples = int(members) * batch
         assert (examples / (float(ms) + 0.005) * 1e3 - 1 <= int(rate.replace(",", ""))
                 <= examples / (float(ms) - 0.005) * 1e3 + 1)
+    from pe_research.sweeps.spec import load_sweep
+
+    # The same members' evaluation data: each member's examples of a length per length's time.
+    out = run_script("benchmarks/data_throughput.py", "--sweep",
+                     "configs/sweeps/randomized_pe_table_cpu.py", "--members", "1,3", "--eval")
+    rows = [row.split("|")[1:5] for row in out.splitlines() if re.match(r"\| \d", row)]
+    assert [int(members) for members, *_ in rows] == [1, 3]
+    samples = load_sweep(REPO / "configs/sweeps/randomized_pe_table_cpu.py").points[0].members[
+        0].config["data"]["eval_samples"]
+    for members, frozen, ms, rate in rows:
+        examples = int(members) * samples
+        assert float(frozen) >= 0
+        assert (examples / (float(ms) + 0.005) * 1e3 - 1 <= int(rate.replace(",", ""))
+                <= examples / (float(ms) - 0.005) * 1e3 + 1)
     error = run_script_here("benchmarks/data_throughput.py", "--sweep",
                             "configs/sweeps/randomized_pe_table_cpu.py", "--members", "0")
     assert error.returncode == 2 and error.stderr.startswith("error: --members 0")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 
 import numpy as np
@@ -9,8 +10,10 @@ import pytest
 
 from pe_research import data
 from pe_research.core.errors import ConfigError
+from pe_research.data import eval_sets
 from pe_research.data.batches import PLAN_STREAM, stream_generator
 from pe_research.tasks import GENERATED_TASKS, TASKS, Examples, default_task_config, get_task
+from pe_research.tasks.dataset_task import Ragged
 
 BUCKETS = (8, 16, 32, 64, 128)
 
@@ -283,6 +286,26 @@ def test_eval_set_is_frozen_and_reused(reverse, tmp_path, monkeypatch):
     data.eval_dataset(get_task({"name": "reverse_string", "alphabet_size": 3}), (5, 12), 10, 0,
                       tmp_path)
     assert len(list(tmp_path.glob("eval_*.parquet"))) == 3
+
+
+def test_each_open_eval_set_is_read_once_and_let_go_with_it(reverse, tmp_path, monkeypatch):
+    """A program evaluating 6 members reads their 6 sets in turn at every length: each set's
+    columns are read from Arrow once, however many sets are open, and go with their set."""
+    sets = [data.eval_dataset(reverse, (5, 12), 10, seed, tmp_path) for seed in range(6)]
+    reads = []
+    real_read = Ragged.from_arrow.__func__
+    monkeypatch.setattr(Ragged, "from_arrow",
+                        classmethod(lambda cls, column: reads.append(1) or real_read(cls, column)))
+    widths = [data.eval_widths(dataset, (5, 12), BUCKETS) for dataset in sets]
+    for length in (5, 12, 5):
+        for dataset, width in zip(sets, widths, strict=True):
+            assert len(list(data.eval_batches(dataset, length, 4, BUCKETS,
+                                              widths=width[length]))) == 3
+    assert len(reads) == 2 * len(sets)  # source and target, once per set
+    held = len(eval_sets._COLUMNS)
+    del sets, dataset
+    gc.collect()
+    assert len(eval_sets._COLUMNS) == held - 6
 
 
 def test_eval_examples_of_a_length_do_not_depend_on_the_grid(reverse):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -50,8 +51,10 @@ def eval_dataset(task: Task, lengths: Sequence[int] | None, samples_per_length: 
         examples = task.eval_examples(lengths, samples_per_length, seed)
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.partial")  # processes may race here
-        with quiet_datasets():
-            datasets.Dataset(_examples_table(examples)).to_parquet(str(partial))
+        fingerprint = eval_fingerprint(task, lengths, samples_per_length, seed)
+        with quiet_datasets():  # our fingerprint: datasets' own would hash every row
+            datasets.Dataset(_examples_table(examples), fingerprint=fingerprint).to_parquet(
+                str(partial))
         partial.replace(path)
         info = {"task": task.fingerprint(), "lengths": lengths,
                 "samples_per_length": samples_per_length, "seed": seed}
@@ -74,7 +77,9 @@ def one_shape_per_source_bucket(
             for key, (source, target) in widths.items()}
 
 Columns = tuple[np.ndarray, Ragged, Ragged, dict[str, tuple[Ragged, Ragged]]]
-_COLUMNS: dict[str, Columns] = {}
+# Each open set's columns, kept as long as its Dataset object: a program evaluating M members
+# reads M sets at every length, and a cache of fewer sets than that reread each from Arrow.
+_COLUMNS: weakref.WeakKeyDictionary[datasets.Dataset, Columns] = weakref.WeakKeyDictionary()
 
 def _columns(dataset: datasets.Dataset) -> tuple[np.ndarray, Ragged, Ragged]:
     """The eval set's lengths, sources and targets (read once per set, not once per length)."""
@@ -85,20 +90,17 @@ def _position_columns(dataset: datasets.Dataset) -> dict[str, tuple[Ragged, Ragg
     return _read(dataset)[3]
 
 def _read(dataset: datasets.Dataset) -> Columns:
-    """Lengths, sources, targets and position IDs of the set, read once per set."""
-    fingerprint = dataset._fingerprint  # datasets' content hash of the set
-    if fingerprint not in _COLUMNS:
+    """Lengths, sources, targets and position IDs of the set, read once per Dataset object."""
+    if dataset not in _COLUMNS:
         table = dataset.with_format("arrow")[:]
-        if len(_COLUMNS) >= 4:
-            _COLUMNS.pop(next(iter(_COLUMNS)))
         kinds = [name[len("source_"):] for name in table.column_names
                  if name.startswith("source_")]
-        _COLUMNS[fingerprint] = (
+        _COLUMNS[dataset] = (
             np.asarray(table.column("length")),
             *(Ragged.from_arrow(table.column(c)) for c in ("source", "target")),
             {kind: (Ragged.from_arrow(table.column(f"source_{kind}")),
                     Ragged.from_arrow(table.column(f"target_{kind}"))) for kind in kinds})
-    return _COLUMNS[fingerprint]
+    return _COLUMNS[dataset]
 
 def _rows_of(lengths: np.ndarray, length: int, dataset: datasets.Dataset) -> np.ndarray:
     rows = np.flatnonzero(lengths == length)

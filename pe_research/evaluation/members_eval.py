@@ -12,7 +12,8 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import jax
 import ml_collections
@@ -142,13 +143,10 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
                   for dataset, plan in zip(datasets, plans, strict=True)]
         widest_batch = {key: value[0] for key, value in data.stack_batches(firsts).items()}
         batch_rows = planner.rows_for(padded[0], widest_batch, batch_size, members=len(runs))
-        streams = [data.eval_batches(dataset, length, batch_rows, buckets, widths=plan[length])
-                   for dataset, plan in zip(datasets, plans, strict=True)]
-        pending = [stacked_statistics(params, data.stack_batches(
-            [batch if batch is not None else padding_batch(own, batch_rows)
-             for batch, own in zip(batches, firsts, strict=True)]), keys,
-            np.int32(index * batch_rows), vocab_sizes, settings, own_ranges)
-                   for index, batches in enumerate(itertools.zip_longest(*streams))]
+        pending = [stacked_statistics(params, batch, keys, np.int32(index * batch_rows),
+                                      vocab_sizes, settings, own_ranges)
+                   for index, batch in enumerate(stacked_eval_batches(
+                       datasets, plans, length, batch_rows, buckets))]
         for k, member_rows in enumerate(rows):
             totals: dict[str, float] = {}
             for sums in pending:
@@ -160,6 +158,21 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
     return [EvalResult(rows=member_rows, compilations=len(compiled_shapes),
                        compiled_shapes=list(compiled_shapes), seconds=seconds)
             for member_rows in rows]
+
+
+def stacked_eval_batches(datasets: Sequence[Any], plans: Sequence[Mapping[int, tuple[int, int]]],
+                         length: int, rows: int,
+                         buckets: Sequence[int]) -> Iterator[dict[str, np.ndarray]]:
+    """``[M, rows, ...]``: the members' eval batches of ``length`` (member k's of
+    ``datasets[k]``, padded to ``plans[k][length]``) stacked to the widest member's widths; a
+    member with fewer batches than another gets batches of padding rows."""
+    streams = [data.eval_batches(dataset, length, rows, buckets, widths=plan[length])
+               for dataset, plan in zip(datasets, plans, strict=True)]
+    firsts = None
+    for batches in itertools.zip_longest(*streams):
+        firsts = firsts or batches  # every member has at least one batch of each length
+        yield data.stack_batches([batch if batch is not None else padding_batch(own, rows)
+                                  for batch, own in zip(batches, firsts, strict=True)])
 
 
 def padding_batch(like: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
