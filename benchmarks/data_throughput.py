@@ -33,7 +33,6 @@ import os
 import platform
 import tempfile
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -107,29 +106,24 @@ def main() -> None:
     print(f"tasks under {TARGET_RATE:,} examples/s at n <= 40: {slow or 'none'}")
 
 
-def sweep_program(args: argparse.Namespace,
-                  measured: Callable[[Any], str]) -> tuple[list[int], Any, Any]:
-    """(``--members`` counts, the sweep's plan, the measured point), after a header naming them
-    and ``measured(point)``."""
-    counts = member_counts(args.members)
+def sweep_program(args: argparse.Namespace) -> tuple[list[int], Any, Any]:
+    """(``--members`` counts, the sweep's plan, the measured point)."""
     plan = load_sweep(args.sweep, [])
-    point = chosen_point(plan.points, args.point)
+    return member_counts(args.members), plan, chosen_point(plan.points, args.point)
+
+
+def print_header(args: argparse.Namespace, point: Any, measured: str) -> None:
+    """The machine, the sweep and the measured program, then what is measured."""
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, numpy "
           f"{np.__version__}; {args.sweep}, the program of {point.name} (--stack points); "
-          f"{measured(point)}")
+          f"{measured}")
     print()
-    return counts, plan, point
-
-
-def point_lengths(point: Any) -> tuple[int, ...]:
-    """The eval lengths of a grid point's runs."""
-    return default_lengths(from_mapping(copy.deepcopy(point.members[0].config)))
 
 
 def program_batches(args: argparse.Namespace) -> None:
     """The host's ms per step for the stacked batches of ``--members`` members of a program."""
-    counts, plan, point = sweep_program(
-        args, lambda point: f"best of 3 blocks of {args.steps} steps")
+    counts, plan, point = sweep_program(args)
+    print_header(args, point, f"best of 3 blocks of {args.steps} steps")
     print("| members | host ms/step | examples/s |")
     print("|---:|---:|---:|")
     for members in counts:
@@ -141,9 +135,9 @@ def program_batches(args: argparse.Namespace) -> None:
 
 def program_eval_batches(args: argparse.Namespace) -> None:
     """The host's ms per evaluated length for the eval batches of ``--members`` members."""
-    counts, plan, point = sweep_program(
-        args, lambda point: f"{len(point_lengths(point))} eval lengths")
-    lengths = point_lengths(point)
+    counts, plan, point = sweep_program(args)
+    lengths = default_lengths(from_mapping(copy.deepcopy(point.members[0].config)))
+    print_header(args, point, f"{len(lengths)} eval lengths")
     print("| members | sets frozen (s) | host ms/length | examples/s |")
     print("|---:|---:|---:|---:|")
     for members in counts:

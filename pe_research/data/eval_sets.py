@@ -35,7 +35,9 @@ def eval_fingerprint(task: Task, lengths: Sequence[int] | None, samples_per_leng
 def eval_set_path(task: Task, lengths: Sequence[int] | None, samples_per_length: int,
                   seed: int, cache_dir: str | Path) -> Path:
     """Where ``eval_dataset`` keeps the frozen set of these arguments."""
-    fingerprint = eval_fingerprint(task, lengths, samples_per_length, seed)
+    return _set_path(task, eval_fingerprint(task, lengths, samples_per_length, seed), cache_dir)
+
+def _set_path(task: Task, fingerprint: str, cache_dir: str | Path) -> Path:
     return Path(cache_dir).expanduser() / f"eval_{task.name}_{fingerprint}.parquet"
 
 def eval_dataset(task: Task, lengths: Sequence[int] | None, samples_per_length: int,
@@ -46,12 +48,12 @@ def eval_dataset(task: Task, lengths: Sequence[int] | None, samples_per_length: 
     scheme evaluated with the same arguments reads the identical examples. ``lengths=None``
     takes every length of a dataset task's eval split.
     """
-    path = eval_set_path(task, lengths, samples_per_length, seed, cache_dir)
+    fingerprint = eval_fingerprint(task, lengths, samples_per_length, seed)
+    path = _set_path(task, fingerprint, cache_dir)
     if not path.exists():
         examples = task.eval_examples(lengths, samples_per_length, seed)
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.partial")  # processes may race here
-        fingerprint = eval_fingerprint(task, lengths, samples_per_length, seed)
         with quiet_datasets():  # our fingerprint: datasets' own would hash every row
             datasets.Dataset(_examples_table(examples), fingerprint=fingerprint).to_parquet(
                 str(partial))
