@@ -10,10 +10,11 @@ from flax import nnx
 from tiny_models import VOCAB, tiny_config
 
 from pe_research.core.errors import ConfigError
+from pe_research.evaluation.batch_statistics import example_statistics
 from pe_research.model import SingleStackTransformer
 from pe_research.model.decoding import greedy_decode, naive_greedy_decode
 from pe_research.model.inputs import batch_positions
-from pe_research.model.metrics import token_cross_entropy
+from pe_research.model.metrics import Outputs, example_sums, range_metrics, token_cross_entropy
 from pe_research.model.single_stack import pack, self_visible, target_slots
 from pe_research.positional import SCHEMES
 from pe_research.positional.randomize import make_positions, random_positions
@@ -194,6 +195,36 @@ def test_encoder_only_oracle_length_puts_eos_in_the_end_slot_only():
         expected = jnp.where(jnp.arange(6) == eos_steps_B[:, None], eos, best_other)
         np.testing.assert_array_equal(decoded, jnp.where(batch["target_mask"], expected, 0))
         assert decoded[0, 0] != eos and decoded[0, 4] == eos and decoded[1, 2] == eos
+
+
+def test_encoder_only_range_statistics_decode_from_the_scored_forward_alone():
+    """Range evaluation of an encoder-only model scores its decodings (free and at the oracle
+    length) from the teacher-forced logits: every statistic equals the one of the decodings
+    ``greedy_decode`` makes, and the traced program holds one forward's products, not three."""
+    model = single_stack("encoder_only", "rope")
+    batch = ragged_batch()
+    key = jax.random.key(3)
+    got = example_statistics(model, batch, key, oracle_length=True)
+    positions = batch_positions(model.config.pe, batch, jax.random.key(0), False, "encoder_only")
+
+    def decode(eos_steps_B=None):
+        return greedy_decode(model, batch["source"], positions[0], batch["source_mask"],
+                             positions[1], target_mask_BxT=batch["target_mask"],
+                             eos_steps_B=eos_steps_B)
+
+    outputs = Outputs(logits_of(model, batch), batch["target_output"], batch["target_mask"],
+                      decode(), decode(jnp.sum(batch["target_mask"], axis=-1) - 1))
+    expected = example_sums(outputs, range_metrics(oracle_length=True))
+    assert sorted(got) == sorted(expected)
+    for name, value in expected.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+    def products(function, *args):
+        return str(jax.make_jaxpr(function)(*args)).count("dot_general")
+
+    one_forward = products(logits_of, model, batch)
+    assert products(lambda: example_statistics(model, batch, key, oracle_length=True)) == \
+        one_forward > 0
 
 
 def test_decoder_only_loss_ignores_the_source_outputs():

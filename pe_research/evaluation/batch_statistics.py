@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from pe_research.model.decoding import greedy_decode
+from pe_research.model.decoding import greedy_decode, slot_choices
 from pe_research.model.inputs import abacus_inputs, member_positions, scored_mask
 from pe_research.model.metrics import (
     Outputs,
@@ -50,17 +50,22 @@ def example_statistics(model: Any, batch: Mapping[str, jax.Array], position_key:
     if not decode:  # such tasks have no end token (train.predict_eos False): never scored
         outputs = Outputs(logits, batch["target_output"], scored_mask(batch, predict_eos=False))
         return example_sums(outputs, training_metrics())
-    decoded = greedy_decode(model, batch["source"], source_positions, batch["source_mask"],
-                            target_positions, target_mask_BxT=batch["target_mask"], eos_id=EOS_ID,
-                            abacus_ids=abacus_ids, vocab_size=vocab_size)
-    oracle_decoded = None
-    if oracle_length:  # the end token's step: the number of real target tokens, less one
-        eos_steps_B = jnp.sum(batch["target_mask"], axis=-1) - 1
-        oracle_decoded = greedy_decode(model, batch["source"], source_positions,
-                                       batch["source_mask"], target_positions,
-                                       target_mask_BxT=batch["target_mask"], eos_id=EOS_ID,
-                                       eos_steps_B=eos_steps_B, abacus_ids=abacus_ids,
-                                       vocab_size=vocab_size)
+    # the end token's step: the number of real target tokens, less one
+    eos_steps_B = jnp.sum(batch["target_mask"], axis=-1) - 1 if oracle_length else None
+    if model.config.architecture == "encoder_only":
+        # Its decoding is the argmax of these logits: one forward traced and compiled, not three.
+        decoded = slot_choices(logits, batch["target_mask"], vocab_size=vocab_size)
+        oracle_decoded = None if eos_steps_B is None else slot_choices(
+            logits, batch["target_mask"], eos_steps_B=eos_steps_B, vocab_size=vocab_size)
+    else:
+        def decode_ending_at(steps_B: jax.Array | None) -> jax.Array:
+            return greedy_decode(model, batch["source"], source_positions, batch["source_mask"],
+                                 target_positions, target_mask_BxT=batch["target_mask"],
+                                 eos_id=EOS_ID, eos_steps_B=steps_B, abacus_ids=abacus_ids,
+                                 vocab_size=vocab_size)
+
+        decoded = decode_ending_at(None)
+        oracle_decoded = None if eos_steps_B is None else decode_ending_at(eos_steps_B)
     outputs = Outputs(logits, batch["target_output"], batch["target_mask"], decoded,
                       oracle_decoded)
     return example_sums(outputs, range_metrics(oracle_length))

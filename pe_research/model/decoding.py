@@ -215,9 +215,17 @@ def slot_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.Arr
     unused_BxT = jnp.zeros(shape, jnp.int32)  # slots ignore their tokens
     logits_BxTxV = model(source_BxS, unused_BxT, source_positions_BxS, target_positions_BxT,
                          source_mask_BxS, target_mask_BxT, abacus_ids=abacus_ids)
+    return slot_choices(logits_BxTxV, target_mask_BxT, pad_id, eos_steps_B, eos_id, vocab_size)
+
+
+def slot_choices(logits_BxTxV: jax.Array, target_mask_BxT: jax.Array, pad_id: int = PAD_ID,
+                 eos_steps_B: jax.Array | None = None, eos_id: int = EOS_ID,
+                 vocab_size: jax.Array | int | None = None) -> jax.Array:
+    """``[B, T]``: what ``slot_decode`` chooses from the encoder-only model's logits at its slots
+    (its teacher-forced logits: the slots ignore their tokens)."""
     eos_steps_Bx1 = None if eos_steps_B is None else eos_steps_B[:, None]
-    return _choose(logits_BxTxV, ~target_mask_BxT, pad_id, jnp.arange(shape[1])[None, :],
-                   eos_steps_Bx1, eos_id, vocab_size)
+    return _choose(logits_BxTxV, ~target_mask_BxT, pad_id,
+                   jnp.arange(logits_BxTxV.shape[1])[None, :], eos_steps_Bx1, eos_id, vocab_size)
 
 
 def causal_greedy_decode(model: Any, source_BxS: jax.Array, source_positions_BxS: jax.Array,
