@@ -276,7 +276,7 @@ def in_training_evaluation(programs: Sequence[Any], models: Sequence[str]) -> fl
         cost[key] = (first_s, again_s / len(program.configs))
         print(f"evaluation during training ({per_run} a run, member by member as the loop runs "
               f"it), model {models.index(key) + 1}'s first program of "
-              f"{len(program.configs)} members: {first_s:.1f} s the first time (compiles), "
+              f"{len(program.configs)} members: {first_s:.2f} s the first time (compiles), "
               f"{again_s:.2f} s after", flush=True)
     total = sum(evaluations_per_run(p.configs[0]["train"]) * len(p.configs) * cost[p.key][1]
                 + cost[p.key][0] - cost[p.key][1] * len(first[p.key].configs)

@@ -1,5 +1,8 @@
-"""Evaluation's attention in blocks of query rows: the same logits for every scheme and
-architecture as all rows at once, a loop over ceil(T / rows) blocks, a smaller memory estimate."""
+"""Attention over a part of the query rows: evaluation's blocks of query rows give, for every
+scheme and architecture, the logits of all rows at once, in a loop over ceil(T / rows) blocks
+and a smaller memory estimate; a single-stack model's last layer computes its target slots
+alone (encoder-only) and gives the logits and gradients of its every-row form, with less
+work."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from pe_research.model.attention import MultiHeadAttention, set_query_block
 from pe_research.model.decoding import greedy_decode
 from pe_research.model.inputs import batch_positions
 from pe_research.model.query_blocks import in_query_blocks
+from pe_research.model.single_stack import packed_mask, target_slots
 from pe_research.positional import SCHEMES
 from pe_research.training.optimizer import make_optimizer
 from pe_research.training.step import step_functions
@@ -78,6 +82,62 @@ def test_greedy_decoding_in_blocks_decodes_the_same_tokens(architecture, scheme)
             positions[1], target_mask_BxT=batch["target_mask"], eos_id=-1))(state)
 
     np.testing.assert_array_equal(decode(3), decode(0))
+
+
+def every_row_logits(model, source, target_input, source_positions, target_positions,
+                     source_mask, target_mask):
+    """A single-stack model's logits with its last layer, like the others, over every row of
+    the joint sequence, read at the target slots afterwards."""
+    tokens, positions, real = model.joint_inputs(source, model.target_side(target_input),
+                                                 source_positions, target_positions,
+                                                 source_mask, target_mask)
+    x = model.embed_inputs(tokens, positions, None)
+    visible = packed_mask(real, model.causal)
+    for layer in model.layers:
+        x = layer(x, positions, visible, model.pe, None)
+    return model.logits(target_slots(x, jnp.sum(source_mask, -1), target_input.shape[1]))
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_the_last_layer_computes_the_target_slots_alone(scheme):
+    """Encoder-only, ragged rows of 7 + 7: the logits and every parameter's gradient (of a fixed
+    random projection of the real slots' logits) equal the every-row form's to float32
+    rounding, and the program no longer holds the feed-forward products of the 7 rows that are
+    not slots. (Decoder-only keeps every row: tests/test_key_length_models.py.)"""
+    architecture = "encoder_only"
+    if not supported(architecture, scheme):
+        return
+    model = model_of(architecture, scheme)
+    batch = with_task_positions(ragged_batch(source_width=7, target_width=7), model.config.pe)
+    inputs = (batch["source"], batch["target_input"],
+              *batch_positions(model.config.pe, batch, jax.random.key(0), False, architecture),
+              batch["source_mask"], batch["target_mask"])
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    weights = jax.random.normal(jax.random.key(1), (2, 7, model.config.vocab_size))
+    real = batch["target_mask"][..., None]
+
+    def logits_and_grads(forward):
+        def loss(params):
+            logits = forward(nnx.merge(graphdef, params, rest), *inputs)
+            return jnp.sum(jnp.where(real, logits * weights, 0)), logits
+        program = jax.jit(jax.grad(loss, has_aux=True))
+        grads, logits = program(params)
+        flops = jax.jit(lambda p: loss(p)[1]).lower(params).cost_analysis()["flops"]
+        return logits, grads, flops
+
+    slots, slots_grads, slots_flops = logits_and_grads(lambda m, *a: m(*a))
+    rows, rows_grads, rows_flops = logits_and_grads(every_row_logits)
+    mask = np.asarray(batch["target_mask"])
+    np.testing.assert_allclose(np.asarray(slots)[mask], np.asarray(rows)[mask], atol=2e-6,
+                               rtol=1e-5)
+    # A gradient the loss barely depends on (a softmax-invariant bias: ~1e-7) is rounding.
+    scale = max(float(np.max(np.abs(leaf))) for leaf in jax.tree.leaves(rows_grads))
+    for (path, got), want in zip(jax.tree_util.tree_leaves_with_path(slots_grads),
+                                 jax.tree.leaves(rows_grads), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6 * scale,
+                                   err_msg=jax.tree_util.keystr(path))
+    feed_forward = 2 * (2 * 2 * 7 * model.config.d_model * model.config.d_ff)  # B 2, 7 rows
+    assert rows_flops - slots_flops >= feed_forward
 
 
 def test_the_training_loops_eval_step_attends_in_blocks_and_its_train_step_does_not():

@@ -11,6 +11,7 @@ from flax import nnx
 from pe_research.model.ablation import SINGLE_STACK_SITE
 from pe_research.model.attention import MultiHeadAttention
 from pe_research.model.config import ModelConfig
+from pe_research.model.masks import PrefixMask
 from pe_research.positional.base import CROSS, DECODER_SELF, ENCODER_SELF, AttentionKind
 from pe_research.positional.length_scaling import SSMAX_INIT
 from pe_research.positional.registry import (
@@ -90,6 +91,10 @@ class Sublayer(nnx.Module):
         self.pre_norm = config.norm == "pre"
         self.dropout_rate = config.dropout_rate
 
+    def function_input(self, x: jax.Array) -> jax.Array:
+        """What ``function`` reads of ``x``: ``LN(x)`` (pre-LN) or ``x`` itself (post-LN)."""
+        return layer_norm(self.norm, x) if self.pre_norm else x
+
     def __call__(self, x: jax.Array, function, key: jax.Array | None) -> jax.Array:
         if self.pre_norm:
             return x + dropout(function(layer_norm(self.norm, x)), self.dropout_rate, key)
@@ -165,6 +170,24 @@ class EncoderLayer(nnx.Module):
         x = self.attention_block(
             x_BxSxD,
             lambda h: self_attend(self.self_attention, h, positions_BxS, mask_BxSxS, pe, cache),
+            keys[0])
+        return self.feed_forward_block(x, lambda h: self.feed_forward(h, keys[1]), keys[2])
+
+    def at_rows(self, x_BxSxD: jax.Array, rows_BxT: jax.Array, positions_BxS: jax.Array,
+                mask_BxTxS: jax.Array | PrefixMask, pe, key: jax.Array | None) -> jax.Array:
+        """The layer's output at rows ``rows`` (indices into S) alone, ``[B, T, D]``: those
+        rows' queries (``mask``: their rows of the mask) over every row's keys and values.
+        Attention is row-local (model/query_blocks.py), so these are the rows of
+        ``__call__``'s output."""
+        pe = self.own_pe or pe
+        keys = split_key(key, 3)
+        positions_BxS = jnp.broadcast_to(positions_BxS, x_BxSxD.shape[:2])
+        context_BxSxD = self.attention_block.function_input(x_BxSxD)
+        x = self.attention_block(
+            jnp.take_along_axis(x_BxSxD, rows_BxT[:, :, None], axis=1),
+            lambda h: self.self_attention(h, context_BxSxD,
+                                          jnp.take_along_axis(positions_BxS, rows_BxT, axis=1),
+                                          positions_BxS, mask_BxTxS, pe),
             keys[0])
         return self.feed_forward_block(x, lambda h: self.feed_forward(h, keys[1]), keys[2])
 

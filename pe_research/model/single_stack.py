@@ -18,6 +18,13 @@ the joint positions (``model.inputs.batch_positions``: ``source_positions`` are 
 ``target_positions`` its last T) are one row ``[1, S + T]`` for the whole batch unless drawn
 per example, so every bias scheme computes a batch-1 bias. Row b's target slot j sits at index
 ``n_b + j`` (n_b source tokens).
+
+Only the target slots are scored, so the encoder-only model's last layer computes their T rows
+alone, over every row's keys and values (``EncoderLayer.at_rows``): its attention is
+``[B, H, T, S + T]`` and its feed-forward T rows, where the other layers compute all S + T. The
+decoder-only model keeps every row: cuDNN takes its mask as key lengths and a causal flag,
+which cannot say which keys a part of the rows sees, and a mask tensor instead would cost a
+language model (no source, every row a slot) without saving it anything.
 """
 
 from __future__ import annotations
@@ -54,10 +61,14 @@ def pack(source_BxS: jax.Array, second_BxT: jax.Array, count_B: jax.Array,
     return jnp.where(after_BxW < length, moved, jnp.asarray(fill, joined.dtype))
 
 
+def slot_indices(count_B: jax.Array, length: int) -> jax.Array:
+    """``[B, T]``: the indices of the T target-side slots of each packed row (from ``count``)."""
+    return count_B[:, None] + jnp.arange(length)[None, :]
+
+
 def target_slots(x_BxWxD: jax.Array, count_B: jax.Array, length: int) -> jax.Array:
     """``[B, T, D]``: the T target-side slots of each packed row (they start at ``count``)."""
-    index_BxT = count_B[:, None] + jnp.arange(length)[None, :]
-    return jnp.take_along_axis(x_BxWxD, index_BxT[:, :, None], axis=1)
+    return jnp.take_along_axis(x_BxWxD, slot_indices(count_B, length)[:, :, None], axis=1)
 
 
 def joint_positions(source_positions: jax.Array, target_positions: jax.Array) -> jax.Array:
@@ -68,25 +79,37 @@ def joint_positions(source_positions: jax.Array, target_positions: jax.Array) ->
         axis=1)
 
 
-def self_visible(real_BxW: jax.Array, causal: bool) -> jax.Array:
-    """``[B, W, W]``: which keys each query sees (real ones; earlier ones if causal).
+def self_visible(real_BxW: jax.Array, causal: bool, rows_BxT: jax.Array | None = None,
+                 ) -> jax.Array:
+    """``[B, W, W]``: which keys each query sees (real ones; earlier ones if causal); with
+    ``rows`` (indices ``[B, T]``), those queries' rows alone, ``[B, T, W]``.
 
     A padding query also sees itself, so that no softmax row is empty.
     """
-    width = real_BxW.shape[1]
-    visible = jnp.broadcast_to(real_BxW[:, None, :], (real_BxW.shape[0], width, width))
+    keys_1x1xW = jnp.arange(real_BxW.shape[1])[None, None, :]
+    if rows_BxT is None:
+        rows_BxT = jnp.broadcast_to(keys_1x1xW[0], real_BxW.shape)
+        real_rows_BxT = real_BxW
+    else:
+        real_rows_BxT = jnp.take_along_axis(real_BxW, rows_BxT, axis=1)
+    visible = real_BxW[:, None, :]
     if causal:
-        visible = visible & jnp.tril(jnp.ones((width, width), bool))[None]
-    return visible | (jnp.eye(width, dtype=bool)[None] & ~real_BxW[:, :, None])
+        visible = visible & (keys_1x1xW <= rows_BxT[:, :, None])
+    return visible | ((keys_1x1xW == rows_BxT[:, :, None]) & ~real_rows_BxT[:, :, None])
 
 
-def packed_mask(real_BxW: jax.Array, causal: bool) -> PrefixMask:
+def packed_mask(real_BxW: jax.Array, causal: bool, rows_BxT: jax.Array | None = None,
+                ) -> PrefixMask:
     """The self-attention mask of packed rows (``real`` True on a prefix of each row): the dense
     form (``self_visible``) and each row's key lengths with a causal flag, which cuDNN takes
     instead of a mask tensor (there a padding query sees the real keys instead of itself; its
-    output is never scored)."""
-    return PrefixMask(self_visible(real_BxW, causal), jnp.sum(real_BxW, -1, dtype=jnp.int32),
-                      causal)
+    output is never scored). ``rows``: the mask of those queries alone, bidirectional only
+    (the key lengths hold for any query; cuDNN's causal flag means query i sees keys up to i).
+    """
+    if causal and rows_BxT is not None:
+        raise ValueError("a causal mask holds every query row")
+    return PrefixMask(self_visible(real_BxW, causal, rows_BxT),
+                      jnp.sum(real_BxW, -1, dtype=jnp.int32), causal)
 
 
 class SingleStackTransformer(TokenModel):
@@ -142,10 +165,17 @@ class SingleStackTransformer(TokenModel):
         x = self.embed_inputs(tokens, positions, keys[0],
                               self.joint_abacus_ids(abacus_ids, source_mask_BxS))
         visible = packed_mask(real, self.causal)
-        for layer, layer_key in zip(self.layers, keys[1:], strict=True):
+        layers = list(zip(self.layers, keys[1:], strict=True))
+        every_row = layers if self.causal else layers[:-1]
+        for layer, layer_key in every_row:
             x = layer(x, positions, visible, self.pe, layer_key)
-        count_B = jnp.sum(source_mask_BxS, axis=-1)
-        return self.logits(target_slots(x, count_B, target_input_BxT.shape[1]))
+        count_B, length = jnp.sum(source_mask_BxS, axis=-1), target_input_BxT.shape[1]
+        if self.causal:
+            return self.logits(target_slots(x, count_B, length))
+        slots_BxT = slot_indices(count_B, length)
+        last, last_key = layers[-1]
+        return self.logits(last.at_rows(x, slots_BxT, positions,
+                                        packed_mask(real, False, slots_BxT), self.pe, last_key))
 
     def run_cached(self, tokens_BxL: jax.Array, positions_BxL: jax.Array,
                    visible_BxLxW: jax.Array | PrefixMask, cache: list[dict[str, jax.Array]],
