@@ -140,6 +140,19 @@ def test_the_last_layer_computes_the_target_slots_alone(scheme):
     assert rows_flops - slots_flops >= feed_forward
 
 
+def test_a_causal_mask_is_not_cut_to_a_part_of_its_rows():
+    """cuDNN reads a causal mask as its flag (query i sees keys up to i), which a part of the
+    rows would break; a bidirectional one keeps its key lengths for any rows."""
+    real = jnp.arange(5)[None, :] < jnp.asarray([[5], [3]])
+    rows = jnp.asarray([[3, 4], [2, 4]])  # row 1's 4: a padding query, which sees itself
+    with pytest.raises(ValueError, match="causal"):
+        packed_mask(real, True, rows)
+    mask = packed_mask(real, False, rows)
+    np.testing.assert_array_equal(mask.key_lengths, [5, 3])
+    np.testing.assert_array_equal(mask.dense, jnp.take_along_axis(
+        packed_mask(real, False).dense, rows[:, :, None], axis=1))
+
+
 def test_the_training_loops_eval_step_attends_in_blocks_and_its_train_step_does_not():
     """``step_functions``' eval step with ``query_block`` 3 gives the sums of whole rows (and
     traces a loop over blocks); its train step traces no such loop."""
