@@ -7,7 +7,7 @@ The range evaluation of configs/randomized_pe_benchmark.py (duplicate_string, 5+
 d_model 64, 8 heads, Transformer-XL with randomized positions; eval batch 128), compiled and
 not run: the numbers depend on shapes only, so fresh parameters stand in for a trained run.
 
-1. Shapes: the (source, target) widths the bucket plan gives lengths 1..L, against the pairs
+1. Shapes: the (source, target, joint) widths the bucket plan gives lengths 1..L, against the pairs
    that padding each side to its own bucket gave before (one compile each).
 2. Per shape: the rows per batch under the memory budget (``eval.memory_budget_gb``; default
    half the device's memory), the estimate ``evaluation/memory.py`` makes without compiling,
@@ -39,13 +39,14 @@ from pe_research.tasks import get_task
 REPO = Path(__file__).resolve().parents[1]
 
 
-def synthetic_batch(rows: int, source: int, target: int) -> dict[str, np.ndarray]:
+def synthetic_batch(rows: int, source: int, target: int, joint: int) -> dict[str, np.ndarray]:
     """An all-real batch of these widths (the content does not change memory)."""
     ones = np.ones((rows, source), bool), np.ones((rows, target), bool)
     return {"source": np.full((rows, source), 3, np.int32), "source_mask": ones[0],
             "target_input": np.full((rows, target), 3, np.int32),
             "target_output": np.full((rows, target), 3, np.int32), "target_mask": ones[1],
-            "lengths": np.full(rows, source, np.int32)}
+            "lengths": np.full(rows, source, np.int32),
+            "joint_mask": np.ones((rows, joint), bool)}
 
 
 def compiled_gb(evaluator: RangeEvaluator, params, batch) -> tuple[float | None, float]:
@@ -77,7 +78,8 @@ def main() -> None:
     natural = {}
     for n in lengths:
         source, target = task.widest([n])
-        natural[n] = (data.bucket_length(source, buckets), data.bucket_length(target + 1, buckets))
+        natural[n] = (data.bucket_length(source, buckets), data.bucket_length(target + 1, buckets),
+                      source + target + 1)
     planned = data.one_shape_per_source_bucket(natural)
     shapes = sorted(set(planned.values()))
     model = build_model(config, task.vocabulary.size)
@@ -88,20 +90,22 @@ def main() -> None:
     print(f"device: {device.device_kind} ({jax.default_backend()}); {args.config}, lengths "
           f"1..{args.max_length}, eval batch {args.batch_size}, budget {budget:.1f} GB\n")
     print(f"compiled shapes: {len(shapes)} (one per source bucket) instead of "
-          f"{len(set(natural.values()))} (one per source and target bucket pair)\n")
-    print("| source x target | lengths | rows under budget | estimate (GB) | XLA (GB) at those "
-          "rows | XLA (GB) at full batch | compile (s) |")
+          f"{len({widths[:2] for widths in natural.values()})} (one per source and target "
+          "bucket pair)\n")
+    print("| source x target x joint | lengths | rows under budget | estimate (GB) | XLA (GB) at "
+          "those rows | XLA (GB) at full batch | compile (s) |")
     print("|---|---|---:|---:|---:|---:|---:|")
-    for source, target in shapes:
-        covered = [n for n, widths in planned.items() if widths == (source, target)]
-        full = synthetic_batch(args.batch_size, source, target)
+    for source, target, joint in shapes:
+        covered = [n for n, widths in planned.items() if widths == (source, target, joint)]
+        full = synthetic_batch(args.batch_size, source, target, joint)
         rows = evaluator.rows_for(params, full, args.batch_size)
         estimate = memory.estimate_bytes(evaluator.unjitted_statistics, params, {
             key: jax.ShapeDtypeStruct((rows, *value.shape[1:]), value.dtype)
             for key, value in full.items()})
-        at_rows, seconds = compiled_gb(evaluator, params, synthetic_batch(rows, source, target))
+        at_rows, seconds = compiled_gb(evaluator, params,
+                                       synthetic_batch(rows, source, target, joint))
         at_full = at_rows if rows == args.batch_size else compiled_gb(evaluator, params, full)[0]
-        print(f"| {source} x {target} | {covered[0]}-{covered[-1]} | {rows} | "
+        print(f"| {source} x {target} x {joint} | {covered[0]}-{covered[-1]} | {rows} | "
               f"{estimate / 2**30:.2f} | {at_rows:.2f} | {at_full:.2f} | {seconds:.1f} |",
               flush=True)
 

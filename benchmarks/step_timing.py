@@ -245,14 +245,14 @@ def seed_members(config: Any, members: int) -> list[Any]:
 
 def ensemble_train_state(config, members: int, batch_count: int, configs=None,
                          batch_steps: Sequence[int] | None = None,
-                         widths: tuple[int, int] | None = None):
+                         widths: tuple[int, int, int] | None = None):
     """``members`` copies of ``config`` with seeds 0..M-1 (or the members ``configs``, e.g. of
     several tasks) in one program, as ``pe-research sweep`` trains them: (ensemble steps holding
     the ``[M, ...]`` state, member-stacked batches, each member's own, sharded over the members'
     mesh). The program is training's own (``stacked_steps``): members of narrower vocabularies
     padded to the widest, each member's settings, positions, dropout rate and wavelength base
     its own. The batches are those of steps ``batch_steps`` (default: the first
-    ``batch_count``), padded to ``widths`` (source, target) where given."""
+    ``batch_count``), padded to ``widths`` (source, target, joint) where given."""
     if configs is None:
         configs = seed_members(config, members)
     tasks = [get_task(c.task.to_dict(), c.data.to_dict()) for c in configs]
@@ -316,7 +316,7 @@ def compile_train_step(config, batch_count: int = 4, per_call: int = 1,
 
 
 def step_seconds(configs: Sequence[Any], steps: int, batch_steps: Sequence[int] | None = None,
-                 widths: tuple[int, int] | None = None,
+                 widths: tuple[int, int, int] | None = None,
                  ) -> tuple[float, float, float, float | None]:
     """(compile seconds, median seconds per step, the same as the training loop runs it with
     each step's batches drawn, the compiled step's memory in GiB) of the members ``configs``

@@ -21,6 +21,7 @@ import argparse
 import collections
 import copy
 import dataclasses
+import math
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -39,7 +40,7 @@ from pe_research.sweeps.spec import SweepPlan
 from pe_research.tasks import get_task
 from pe_research.training.ensemble import member_evaluators, stacked_steps
 
-Widths = tuple[int, int]  # (source width, target width) of a stacked batch
+Widths = tuple[int, int, int]  # (source, target, joint) widths of a stacked batch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +81,7 @@ def stacked_widths(tasks: Sequence[Any], configs: Sequence[Mapping[str, Any]],
     """The shape the members' batches of ``step`` stack to: the widest member's widths."""
     widths = [data.train_widths(task, config["data"], int(config["seed"]), step)
               for task, config in zip(tasks, configs, strict=True)]
-    return max(source for source, _ in widths), max(target for _, target in widths)
+    return tuple(max(member[side] for member in widths) for side in range(3))
 
 
 def program_shapes(configs: Sequence[Mapping[str, Any]], samples: int) -> Program:
@@ -114,20 +115,28 @@ def class_weights(programs: Sequence[Program]) -> dict[StepClass, float]:
     return {step_class: weight / total for step_class, weight in weights.items()}
 
 
+def row_tokens(widths: Widths, architecture: str) -> int:
+    """The tokens a member's batch row computes over at ``widths``: the joint width for a
+    single-stack model (its packed sequence), source plus target for the encoder-decoder."""
+    return widths[0] + widths[1] if architecture == "encoder_decoder" else widths[2]
+
+
 def padded_tokens(programs: Sequence[Program]) -> float:
-    """Source plus target width of a member's batch row, averaged over every member-step of the
-    sweep: what its training pays for per example, padding included."""
+    """The tokens of a member's batch row (``row_tokens``), averaged over every member-step of
+    the sweep: what its training pays for per example, padding included."""
     tokens = member_steps = 0.0
     for program in programs:
         weight = len(program.configs) * int(program.configs[0]["train"]["steps"])
-        tokens += weight * sum(share * sum(widths) for widths, share in program.shares.items())
+        architecture = program.configs[0]["model"]["architecture"]
+        tokens += weight * sum(share * row_tokens(widths, architecture)
+                               for widths, share in program.shares.items())
         member_steps += weight
     return tokens / member_steps
 
 
 def holds(outer: Widths, inner: Widths) -> bool:
     """Whether a batch of shape ``outer`` holds one of shape ``inner``."""
-    return outer[0] >= inner[0] and outer[1] >= inner[1]
+    return all(o >= i for o, i in zip(outer, inner, strict=True))
 
 
 def chosen_classes(weights: Mapping[StepClass, float], coverage: float) -> list[StepClass]:
@@ -137,8 +146,7 @@ def chosen_classes(weights: Mapping[StepClass, float], coverage: float) -> list[
     for step_class in weights:
         group = (step_class.key, step_class.members)
         widths = covers.get(group, step_class.widths)
-        covers[group] = (max(widths[0], step_class.widths[0]),
-                         max(widths[1], step_class.widths[1]))
+        covers[group] = tuple(max(pair) for pair in zip(widths, step_class.widths, strict=True))
     chosen = [StepClass(key, members, widths) for (key, members), widths in covers.items()]
     covered = sum(weights.get(step_class, 0.0) for step_class in chosen)
     for step_class in sorted(weights, key=lambda c: -weights[c]):
@@ -157,7 +165,7 @@ def timed_as(step_class: StepClass, timed: Sequence[StepClass]) -> StepClass:
         return step_class
     holding = [other for other in timed if (other.key, other.members) ==
                (step_class.key, step_class.members) and holds(other.widths, step_class.widths)]
-    return min(holding, key=lambda other: other.widths[0] * other.widths[1])
+    return min(holding, key=lambda other: math.prod(other.widths))
 
 
 def timing_program(step_class: StepClass, programs: Sequence[Program]) -> tuple[Program, list[int]]:
@@ -168,8 +176,8 @@ def timing_program(step_class: StepClass, programs: Sequence[Program]) -> tuple[
     for program in candidates:
         if step_class.widths in program.steps_at:
             return program, program.steps_at[step_class.widths]
-    program = max(candidates, key=lambda p: max(w[0] * w[1] for w in p.steps_at))
-    widest = max(program.steps_at, key=lambda w: w[0] * w[1])
+    program = max(candidates, key=lambda p: max(map(math.prod, p.steps_at)))
+    widest = max(program.steps_at, key=math.prod)
     return program, program.steps_at[widest]
 
 
@@ -213,21 +221,22 @@ def every_shape_seconds(plan: SweepPlan, args: argparse.Namespace,
     covered = sum(weights.get(step_class, 0.0) for step_class in timed)
     print(f"\nevery program's step shapes ({label}): {len(programs):,} programs, "
           f"{len(weights)} step classes (model x members x shape) over {args.shape_samples} "
-          f"sampled steps each; a member's row pays {padded_tokens(programs):.1f} source + "
-          "target tokens a step on average, padding included; "
+          f"sampled steps each; a member's row pays {padded_tokens(programs):.1f} tokens a step "
+          "on average (its joint width for a single-stack model, source + target otherwise), "
+          "padding included; "
           + ("shares of the steps only:" if args.shapes_only else
              f"{len(timed)} timed, {covered:.1%} of the steps;") + " models:")
     for number, key in enumerate(models, 1):
         print(f"  model {number}: as grid point {first_point[key]}")
     if args.shapes_only:
-        print("| model | members | source x target width | share of steps |")
+        print("| model | members | source x target x joint width | share of steps |")
         print("|---:|---:|---|---:|")
         for step_class in sorted(weights, key=lambda c: -weights[c]):
             print(f"| {models.index(step_class.key) + 1} | {step_class.members} | "
-                  f"{step_class.widths[0]} x {step_class.widths[1]} | "
+                  f"{' x '.join(map(str, step_class.widths))} | "
                   f"{weights[step_class]:.1%} |")
         return label, len(programs), None
-    print("| model | members | source x target width | share of steps | loop ms/step "
+    print("| model | members | source x target x joint width | share of steps | loop ms/step "
           "| compile (s) | step memory (GB) |")
     print("|---:|---:|---|---:|---:|---:|---:|")
     loop_s: dict[StepClass, float] = {}
@@ -236,7 +245,7 @@ def every_shape_seconds(plan: SweepPlan, args: argparse.Namespace,
         program, steps = timing_program(step_class, programs)
         configs = [from_mapping(copy.deepcopy(c)) for c in program.configs]
         row = (f"| {models.index(step_class.key) + 1} | {step_class.members} | "
-               f"{step_class.widths[0]} x {step_class.widths[1]} | "
+               f"{' x '.join(map(str, step_class.widths))} | "
                f"{weights.get(step_class, 0.0):.1%} |")
         try:
             compiled, _, loop, needed = step_seconds(configs, args.steps, steps,

@@ -39,7 +39,9 @@ def task_batch(task_name: str, lengths: tuple[int, ...], tmp_path) -> dict[str, 
     """Real examples of several lengths in one batch (so rows differ in their padding)."""
     task = get_task(default_task_config(task_name))
     dataset = data.eval_dataset(task, list(lengths), 2, 0, tmp_path / task_name)
-    rows = [next(iter(data.eval_batches(dataset, n, 2, (16, 32)))) for n in lengths]
+    widths = data.eval_widths(dataset, lengths, (16, 32))  # one shape: one source bucket
+    rows = [next(iter(data.eval_batches(dataset, n, 2, (16, 32), widths=widths[n])))
+            for n in lengths]
     return {key: np.concatenate([row[key] for row in rows]) for key in rows[0]}
 
 

@@ -145,7 +145,8 @@ def test_the_batch_carries_the_ids_and_a_frozen_eval_set_returns_them(tmp_path):
     dataset = eval_dataset(task, [5, 9], 8, 0, tmp_path)
     frozen = next(eval_batches(dataset, 9, 8, BUCKETS))
     examples = task.eval_examples([9], 8, 0)
-    fresh = make_batch(examples, frozen["source"].shape[1], frozen["target_input"].shape[1])
+    fresh = make_batch(examples, frozen["source"].shape[1], frozen["target_input"].shape[1],
+                       frozen["joint_mask"].shape[1])
     assert set(frozen) == set(fresh) >= {"source_coupled", "target_abacus"}
     for key in fresh:
         np.testing.assert_array_equal(frozen[key], fresh[key], err_msg=key)

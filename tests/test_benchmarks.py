@@ -100,7 +100,7 @@ def test_eval_memory_prints_a_row_per_compiled_shape():
                      "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1")
     assert "compiled shapes: 1 (one per source bucket) instead of 2" in out
     rows = [line for line in out.splitlines() if line.startswith(("| 8 x", "| 16 x"))]
-    assert [row.split(" | ")[:3] for row in rows] == [["| 16 x 32", "1-8", "8"]]
+    assert [row.split(" | ")[:3] for row in rows] == [["| 16 x 32 x 32", "1-8", "8"]]
 
 
 def test_train_speed_prints_a_row_per_steps_per_call_with_one_steps_flops():
@@ -451,8 +451,8 @@ def test_sweep_throughput_measures_each_member_count_and_projects_the_sweep(tmp_
     # of two models; at coverage 0.5 each model's covering shape alone is timed, and every step
     # of a model's programs takes its time: 30 steps of each program. The compiles come on top.
     assert "3 programs" in out and "2 timed" in out and "at the narrowest timed shape" in out
-    classes = table_rows(out, "| model | members | source x target width")
-    assert [row[:3] for row in classes] == [["1", "2", "8 x 16"], ["2", "2", "8 x 16"]]
+    classes = table_rows(out, "| model | members | source x target x joint width")
+    assert [row[:3] for row in classes] == [["1", "2", "8 x 16 x 24"], ["2", "2", "8 x 16 x 24"]]
     loop_ms = {row[0]: float(row[4]) for row in classes}
     steps_h, compiles_h = (float(value) for value in re.search(
         r"every program at its own shapes: ([0-9.e-]+) h of steps \+ ([0-9.e-]+) h of compiles",
@@ -494,26 +494,29 @@ def test_every_shape_projection_times_the_heaviest_shapes_and_bounds_the_rest():
         timed_as,
     )
 
-    def program(key: str, members: int, shares: dict) -> Program:
-        configs = [{"train": {"steps": 100}, "model": {"kind": key}, "seed": k}
+    def program(architecture: str, members: int, shares: dict) -> Program:
+        configs = [{"train": {"steps": 100}, "model": {"architecture": architecture}, "seed": k}
                    for k in range(members)]
         return Program(configs, shares, {widths: [0] for widths in shares})
 
-    programs = [program("a", 2, {(8, 16): 0.5, (16, 16): 0.5}),
-                program("a", 2, {(16, 32): 1.0}), program("b", 3, {(8, 8): 1.0})]
+    # (source, target, joint) widths; model b is a single-stack model, a an encoder-decoder
+    programs = [program("encoder_decoder", 2, {(8, 16, 24): 0.5, (16, 16, 32): 0.5}),
+                program("encoder_decoder", 2, {(16, 32, 48): 1.0}),
+                program("encoder_only", 3, {(8, 8, 8): 1.0})]
     a, b = programs[0].key, programs[2].key
     assert a == programs[1].key != b
     weights = class_weights(programs)
-    assert weights == pytest.approx({StepClass(a, 2, (8, 16)): 1 / 6,
-                                     StepClass(a, 2, (16, 16)): 1 / 6,
-                                     StepClass(a, 2, (16, 32)): 1 / 3,
-                                     StepClass(b, 3, (8, 8)): 1 / 3})
-    covers = [StepClass(a, 2, (16, 32)), StepClass(b, 3, (8, 8))]
+    assert weights == pytest.approx({StepClass(a, 2, (8, 16, 24)): 1 / 6,
+                                     StepClass(a, 2, (16, 16, 32)): 1 / 6,
+                                     StepClass(a, 2, (16, 32, 48)): 1 / 3,
+                                     StepClass(b, 3, (8, 8, 8)): 1 / 3})
+    covers = [StepClass(a, 2, (16, 32, 48)), StepClass(b, 3, (8, 8, 8))]
     assert chosen_classes(weights, 0.5) == covers  # 2/3 of the steps already
     timed = chosen_classes(weights, 0.8)
-    assert timed == [*covers, StepClass(a, 2, (8, 16))]
-    assert timed_as(StepClass(a, 2, (16, 16)), timed) == StepClass(a, 2, (16, 32))
-    assert timed_as(StepClass(a, 2, (8, 8)), timed) == StepClass(a, 2, (8, 16))
+    assert timed == [*covers, StepClass(a, 2, (8, 16, 24))]
+    assert timed_as(StepClass(a, 2, (16, 16, 32)), timed) == StepClass(a, 2, (16, 32, 48))
+    assert timed_as(StepClass(a, 2, (8, 8, 16)), timed) == StepClass(a, 2, (8, 16, 24))
+    assert timed_as(StepClass(a, 2, (8, 16, 32)), timed) == StepClass(a, 2, (16, 32, 48))
     loop_s = dict(zip(timed, (0.03, 0.01, 0.02), strict=True))
     compile_s = dict(zip(timed, (2.0, 1.0, 1.5), strict=True))
     training, compiling = projected_training(programs, loop_s, compile_s)
@@ -522,9 +525,9 @@ def test_every_shape_projection_times_the_heaviest_shapes_and_bounds_the_rest():
     from sweep_projection import evaluations_per_run
     assert [evaluations_per_run({"steps": steps, "eval_every": every})
             for steps, every in ((30, 20), (100, 50), (100, 0), (5, 10))] == [2, 2, 0, 1]
-    # A member's row: 24 and 32 tokens half the time each, 48, and 16 for the third program's
-    # three members, over 200 + 200 + 300 member-steps.
-    assert padded_tokens(programs) == pytest.approx((200 * 28 + 200 * 48 + 300 * 16) / 700)
+    # A member's row: 24 and 32 tokens (source + target) half the time each, 48, and the joint
+    # width 8 of the third program's three members, over 200 + 200 + 300 member-steps.
+    assert padded_tokens(programs) == pytest.approx((200 * 28 + 200 * 48 + 300 * 8) / 700)
 
 
 def test_shapes_only_lists_every_programs_shapes_without_timing(tmp_path):
@@ -537,12 +540,12 @@ def test_shapes_only_lists_every_programs_shapes_without_timing(tmp_path):
     out = run_script("benchmarks/sweep_throughput.py", str(sweep_file), "--shapes-only",
                      "--members-per-program", "4", "--shape-samples", "30")
     assert "(up to 4 members per program, every program's own shapes): 1 programs" in out
-    rows = table_rows(out, "| model | members | source x target width | share of steps |")
+    rows = table_rows(out, "| model | members | source x target x joint width | share of steps |")
     assert len(rows[0]) == 4 and {row[:2] for row in map(tuple, rows)} == {("1", "4")}
     assert sum(float(row[3].rstrip("%")) for row in rows) == pytest.approx(100, abs=0.3)
-    tokens = float(re.search(r"pays ([0-9.]+) source \+ target tokens", out).group(1))
-    assert tokens == pytest.approx(sum(
-        float(row[3].rstrip("%")) / 100 * sum(int(w) for w in row[2].split(" x "))
+    tokens = float(re.search(r"pays ([0-9.]+) tokens a step", out).group(1))
+    assert tokens == pytest.approx(sum(  # an encoder-decoder's: source + target
+        float(row[3].rstrip("%")) / 100 * sum(int(w) for w in row[2].split(" x ")[:2])
         for row in rows), abs=0.3)
     assert "ms/step" not in out
 
@@ -580,7 +583,8 @@ def test_program_shapes_count_the_widest_members_widths_at_sampled_steps():
             for step in steps[:3]:
                 batch = data.stack_batches([data.train_batch(task, c["data"], c["seed"], step)
                                             for task, c in zip(tasks, configs, strict=True)])
-                assert (batch["source"].shape[2], batch["target_input"].shape[2]) == widths
+                assert (batch["source"].shape[2], batch["target_input"].shape[2],
+                        batch["joint_mask"].shape[2]) == widths
         assert len(program.shares) >= 3
 
 

@@ -53,6 +53,12 @@ def test_make_batch_layout():
     np.testing.assert_array_equal(batch["target_input"], [[1, 9, 9, 0], [1, 4, 0, 0]])
     np.testing.assert_array_equal(batch["target_output"], [[9, 9, 2, 0], [4, 2, 0, 0]])
     np.testing.assert_array_equal(batch["target_mask"], [[1, 1, 1, 0], [1, 1, 0, 0]])
+    # 3 + 3 and 1 + 2 joint tokens (EOS included) of S + T = 8, or of the joint width given
+    np.testing.assert_array_equal(batch["joint_mask"], [[1] * 6 + [0] * 2, [1] * 3 + [0] * 5])
+    np.testing.assert_array_equal(data.make_batch(examples, 4, 4, 6)["joint_mask"],
+                                  [[1] * 6, [1] * 3 + [0] * 3])
+    with pytest.raises(ValueError, match="joint width 5 is narrower than a row's 6 tokens"):
+        data.make_batch(examples, 4, 4, 5)
     assert batch["source"].dtype == np.int32 and batch["target_mask"].dtype == bool
     with pytest.raises(ValueError, match="EOS"):
         data.make_batch(examples, 4, 2)
@@ -68,8 +74,10 @@ def test_stacked_batches_are_each_members_batch_then_zeros():
                for k, name in enumerate(names)]
     stacked = data.stack_batches(batches)
     widths = {"source": max(b["source"].shape[1] for b in batches),
-              "target": max(b["target_input"].shape[1] for b in batches)}
+              "target": max(b["target_input"].shape[1] for b in batches),
+              "joint": max(b["joint_mask"].shape[1] for b in batches)}
     assert len({b["target_input"].shape[1] for b in batches}) > 1  # padding happens
+    assert len({b["joint_mask"].shape[1] for b in batches}) > 1
     assert set(stacked) == set().union(*batches) and "source_abacus" in stacked
     for key, value in stacked.items():
         width = widths.get(key.split("_")[0])
@@ -79,10 +87,10 @@ def test_stacked_batches_are_each_members_batch_then_zeros():
                     for b in batches] if width else [b[key] for b in batches]
         np.testing.assert_array_equal(value, np.stack(expected))
         assert value.dtype == batches[0].get(key, value).dtype
-    padded = data.pad_to(batches[0], widths["source"] + 8, widths["target"])
+    padded = data.pad_to(batches[0], widths["source"] + 8, widths["target"], widths["joint"])
     np.testing.assert_array_equal(padded["lengths"], batches[0]["lengths"])
-    for key in ("source", "source_mask", "target_input", "target_mask"):
-        width = widths["source"] + 8 if key.startswith("source") else widths["target"]
+    for key in ("source", "source_mask", "target_input", "target_mask", "joint_mask"):
+        width = widths["source"] + 8 if key.startswith("source") else widths[key.split("_")[0]]
         own = batches[0][key]
         np.testing.assert_array_equal(padded[key], np.pad(own, ((0, 0), (0, width - own.shape[1]))))
 
@@ -124,7 +132,7 @@ def test_training_batches_stay_those_runs_trained_on():
                            buckets=(8, 16, 32, 64, 128, 256))
             for step in range(3):
                 batch = data.train_batch(task, cfg, seed, step, index, count)
-                for key in sorted(batch):
+                for key in sorted(set(batch) - {"joint_mask"}):  # derived from the masks
                     value = batch[key]
                     digest.update(f"{key}{value.dtype}{value.shape}".encode())
                     digest.update(np.ascontiguousarray(value).tobytes())
@@ -195,7 +203,8 @@ def test_train_widths_are_the_shape_train_batch_pads_to(reverse):
         for step in range(40):
             batch = data.train_batch(reverse, cfg, 3, step)
             assert data.train_widths(reverse, cfg, 3, step) == (batch["source"].shape[1],
-                                                                batch["target_input"].shape[1])
+                                                                batch["target_input"].shape[1],
+                                                                batch["joint_mask"].shape[1])
         possible = data.train_shapes(reverse, cfg)
         if cfg["length_sampling"] == "mixed":  # every batch holds the longest length's bucket
             assert widths == {max(possible)}

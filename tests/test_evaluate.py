@@ -62,9 +62,10 @@ def test_compiles_once_per_source_bucket_and_repeats_exactly(one_device):
     run, dataset, evaluator, result = one_device
     buckets = run.config.data.buckets
     # reverse_string: n source tokens, n target tokens + EOS. Length 8 alone would be (8, 16)
-    # and 4, 6 (8, 8): the source bucket 8 takes its widest target, 16, for all three.
+    # and 4, 6 (8, 8): the source bucket 8 takes its widest target, 16, for all three, and the
+    # joint width of its longest row, 8 + 9 = 17 tokens, to a multiple of 8 (24).
     assert {n: data.eval_widths(dataset, LENGTHS, buckets)[n] for n in LENGTHS} == {
-        4: (8, 16), 6: (8, 16), 8: (8, 16), 12: (16, 16)}
+        4: (8, 16, 24), 6: (8, 16, 24), 8: (8, 16, 24), 12: (16, 16, 32)}
     assert result.compilations == 2 < len(LENGTHS)
     assert sorted({shape[1:] for shape in result.compiled_shapes}) == [(8, 16), (16, 16)]
     assert [row.length for row in result.rows] == list(LENGTHS)
@@ -127,8 +128,10 @@ def test_lengths_1_to_200_plan_at_most_one_shape_per_bucket(tmp_path):
     pairs = {(data.bucket_length(n, buckets), data.bucket_length(2 * n + 1, buckets))
              for n in lengths}  # what padding each side alone gives: a shape per pair
     assert len(set(widths.values())) <= len(buckets) < len(pairs)
-    for n, (source, target) in widths.items():  # every example still fits its batch
+    for n, (source, target, joint) in widths.items():  # every example still fits its batch
         assert source >= n and target >= 2 * n + 1 and source in buckets and target in buckets
+        assert 3 * n + 1 <= joint <= source + target and (joint % 8 == 0 or
+                                                         joint == source + target)
 
 
 def test_teacher_forced_numbers_match_the_training_time_evaluation(run_copy, one_device):

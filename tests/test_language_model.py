@@ -123,11 +123,14 @@ def test_a_run_must_be_decoder_only_and_not_predict_the_end(corpus):
 
 
 def test_sourceless_lengths_keep_their_own_target_bucket():
-    widths = {16: (0, 17), 32: (0, 33), 64: (0, 65)}
-    assert data.one_shape_per_source_bucket(widths) == widths
+    # (source bucket, target bucket, longest joint sequence) -> (source, target, joint) widths
+    widths = {16: (0, 32, 17), 32: (0, 64, 33), 64: (0, 65, 65)}
+    assert data.one_shape_per_source_bucket(widths) == {16: (0, 32, 24), 32: (0, 64, 40),
+                                                        64: (0, 65, 65)}
     assert data.bucket_length(0, (8, 16)) == 0
-    # tasks with a source still share the widest target of their source bucket
-    assert data.one_shape_per_source_bucket({4: (8, 8), 8: (8, 16)}) == {4: (8, 16), 8: (8, 16)}
+    # tasks with a source still share the widest target and joint of their source bucket
+    assert data.one_shape_per_source_bucket({4: (8, 8, 9), 8: (8, 16, 17)}) == {
+        4: (8, 16, 24), 8: (8, 16, 24)}
 
 
 def test_perplexity_is_e_to_the_mean_cross_entropy():

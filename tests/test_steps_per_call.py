@@ -66,9 +66,10 @@ def test_training_shapes_follow_the_buckets_and_several_shapes_mean_one_step_per
     # reverse_string: n source tokens, n + 1 target tokens (BOS/EOS); buckets (8, 16, 32).
     one = config_with()
     task = get_task(one.task.to_dict(), one.data.to_dict())
-    assert data.train_shapes(task, one.data.to_dict()) == {(8, 16)}
+    # (source, target, joint): n + n + 1 joint tokens, to a multiple of 8, at most S + T
+    assert data.train_shapes(task, one.data.to_dict()) == {(8, 16, 24)}
     two = config_with(**{"data.train_lengths": (1, 12)})
-    assert data.train_shapes(task, two.data.to_dict()) == {(8, 16), (16, 16)}
+    assert data.train_shapes(task, two.data.to_dict()) == {(8, 16, 24), (16, 16, 32)}
     assert steps_per_call(two, task_of(two)) == 1
 
 
@@ -171,7 +172,7 @@ def test_a_call_whose_batches_differ_in_shape_falls_back_to_one_step_per_call(tm
     changes = {"data.train_lengths": (1, 12), "data.length_sampling": "per_batch"}
     single = tmp_path / "single"
     train(config_with(**changes, **{"train.steps_per_call": 1}), single)
-    monkeypatch.setattr(data, "train_shapes", lambda task, data_cfg: {(8, 16)})
+    monkeypatch.setattr(data, "train_shapes", lambda task, data_cfg: {(8, 16, 24)})
     grouped = tmp_path / "grouped"
     config = config_with(**changes)
     result = train(config, grouped)

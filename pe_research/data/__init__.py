@@ -12,10 +12,10 @@ from pe_research.data.batches import (
     check_data_block,
     check_data_config,
     covering_buckets,
+    joint_width,
     make_batch,
     train_batch,
     train_shapes,
-    train_target_width,
     train_widths,
 )
 from pe_research.data.eval_sets import (
@@ -33,7 +33,7 @@ from pe_research.data.placement import global_batch, pad_to, program_batch, stac
 __all__ = [
     "BATCH_KEYS", "Batch", "bucket_length", "check_data_block", "check_data_config",
     "covering_buckets", "eval_batch_rows", "eval_batches", "eval_dataset", "eval_fingerprint",
-    "eval_lengths_of", "eval_set_path", "eval_widths", "global_batch", "make_batch",
+    "eval_lengths_of", "eval_set_path", "eval_widths", "global_batch", "joint_width", "make_batch",
     "one_shape_per_source_bucket", "pad_to", "program_batch", "stack_batches", "train_batch",
-    "train_shapes", "train_target_width", "train_widths",
+    "train_shapes", "train_widths",
 ]

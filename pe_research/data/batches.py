@@ -9,6 +9,9 @@ to a length bucket so the number of compiled shapes is at most the number of buc
     target_output int32 [B, T]  target tokens + EOS_ID (2)
     target_mask   bool  [B, T]  True on real target_output tokens, EOS included
     lengths       int32 [B]     task length n of each example (0 on batch-padding rows)
+    joint_mask    bool  [B, W]  True on each row's source then target tokens packed together: the
+                                single-stack models' joint sequence (``model/single_stack.py``),
+                                W its width (``joint_width``), at most S + T
 
 and, for a task that supplies position IDs (``Task.position_kinds``), per kind K:
 
@@ -29,7 +32,9 @@ from pe_research.tasks.base import LENGTH_SAMPLING, Examples, Task, check_length
 from pe_research.tasks.vocabulary import BOS_ID, EOS_ID, PAD_ID
 
 Batch = dict[str, np.ndarray]
-BATCH_KEYS = ("source", "source_mask", "target_input", "target_output", "target_mask", "lengths")
+BATCH_KEYS = ("source", "source_mask", "target_input", "target_output", "target_mask", "lengths",
+              "joint_mask")
+JOINT_MULTIPLE = 8  # a joint width is rounded up to this: narrower than two buckets added
 # Random streams: the plan of a global batch is shared by all processes, examples are not.
 PLAN_STREAM, EXAMPLE_STREAM = 0x91A7, 0xE8A3
 LENGTH_STREAMS = ("seed", "shared")
@@ -61,14 +66,24 @@ def covering_buckets(buckets: Sequence[int], width: int) -> tuple[int, ...]:
         widths.add(_next_power_of_two(width))
     return tuple(sorted(widths))
 
-def make_batch(examples: Examples, source_width: int, target_width: int) -> Batch:
-    """Examples -> Batch padded to ``[B, source_width]`` and ``[B, target_width]``."""
-    return {key: value[0] for key, value in
-            make_batches([examples], source_width, target_width).items()}
+def joint_width(longest: int, source_width: int, target_width: int) -> int:
+    """The width of a batch's packed joint sequence whose longest row has ``longest`` tokens
+    (source, then target with EOS): that, rounded up to a multiple of ``JOINT_MULTIPLE``, and
+    at most ``source_width + target_width``."""
+    return min(-(-int(longest) // JOINT_MULTIPLE) * JOINT_MULTIPLE, source_width + target_width)
 
-def make_batches(members: Sequence[Examples], source_width: int, target_width: int) -> Batch:
-    """``[M, B, ...]``: each member's Examples as a Batch padded to ``[B, source_width]`` and
-    ``[B, target_width]``; position IDs of a kind a member's task does not supply are zeros."""
+def make_batch(examples: Examples, source_width: int, target_width: int,
+               joint: int | None = None) -> Batch:
+    """Examples -> Batch padded to ``[B, source_width]``, ``[B, target_width]`` and a joint
+    width of ``joint`` (default: the two added)."""
+    return {key: value[0] for key, value in
+            make_batches([examples], source_width, target_width, joint).items()}
+
+def make_batches(members: Sequence[Examples], source_width: int, target_width: int,
+                 joint: int | None = None) -> Batch:
+    """``[M, B, ...]``: each member's Examples as a Batch padded to ``[B, source_width]``,
+    ``[B, target_width]`` and ``[B, joint]`` (default ``source_width + target_width``);
+    position IDs of a kind a member's task does not supply are zeros."""
     count, rows = len(members), len(members[0])
     if any(len(examples) != rows for examples in members):
         raise ValueError(f"members of {sorted({len(e) for e in members})} examples; stack "
@@ -97,6 +112,11 @@ def make_batches(members: Sequence[Examples], source_width: int, target_width: i
     target_output.reshape(count * rows, target_width)[np.arange(count * rows),
                                                       target_lengths.ravel()] = EOS_ID
     source_lengths = np.array([examples.source_lengths for examples in members])
+    joint = source_width + target_width if joint is None else joint
+    joint_lengths = source_lengths + target_lengths + 1
+    if joint < int(joint_lengths.max(initial=0)):
+        raise ValueError(f"joint width {joint} is narrower than a row's "
+                         f"{int(joint_lengths.max())} tokens")
     return {
         "source": padded.pop("source"),
         "source_mask": np.arange(source_width) < source_lengths[..., None],
@@ -104,6 +124,7 @@ def make_batches(members: Sequence[Examples], source_width: int, target_width: i
         "target_output": target_output,
         "target_mask": np.arange(target_width) < target_lengths[..., None] + 1,
         "lengths": np.array([examples.lengths for examples in members], np.int32),
+        "joint_mask": np.arange(joint) < joint_lengths[..., None],
         **padded,
     }
 
@@ -150,29 +171,31 @@ def train_batch(task: Task, data_cfg: Mapping[str, Any], seed: int, step: int,
     the members of a program share it too); the tokens come from a stream of
     ``(seed, step, process_index)``.
     """
-    return make_batch(*train_examples(task, data_cfg, seed, step, process_index, process_count))
+    examples, widths = train_examples(task, data_cfg, seed, step, process_index, process_count)
+    return make_batch(examples, *widths)
 
 def train_examples(task: Task, data_cfg: Mapping[str, Any], seed: int, step: int,
-                   process_index: int = 0, process_count: int = 1) -> tuple[Examples, int, int]:
-    """(this process's examples of training batch ``step``, the source width and the target
-    width ``train_batch`` pads them to)."""
+                   process_index: int = 0, process_count: int = 1,
+                   ) -> tuple[Examples, tuple[int, int, int]]:
+    """(this process's examples of training batch ``step``, the (source, target, joint)
+    widths ``train_batch`` pads them to)."""
     global_size = int(data_cfg["batch_size"])
     check_divisible("data.batch_size", global_size, process_count, "process count")
-    keys, source_width, target_width = _batch_plan(task, data_cfg, seed, step)
+    keys, widths = _batch_plan(task, data_cfg, seed, step)
     local_size = global_size // process_count
     local_keys = keys[process_index * local_size:(process_index + 1) * local_size]
     rng = stream_generator(seed, EXAMPLE_STREAM, step, process_index)
-    return task.make_examples(local_keys, rng), source_width, target_width
+    return task.make_examples(local_keys, rng), widths
 
 def train_widths(task: Task, data_cfg: Mapping[str, Any], seed: int,
-                 step: int) -> tuple[int, int]:
-    """(source width, target width) of training batch ``step``, drawing no example: the shape
-    ``train_batch`` pads it to."""
-    return _batch_plan(task, data_cfg, seed, step)[1:]
+                 step: int) -> tuple[int, int, int]:
+    """(source, target, joint) widths of training batch ``step``, drawing no example: the
+    shape ``train_batch`` pads it to."""
+    return _batch_plan(task, data_cfg, seed, step)[1]
 
 def _batch_plan(task: Task, data_cfg: Mapping[str, Any], seed: int,
-                step: int) -> tuple[Any, int, int]:
-    """(the global batch's example keys, its source width, its target width) of ``step``."""
+                step: int) -> tuple[Any, tuple[int, int, int]]:
+    """(the global batch's example keys, its (source, target, joint) widths) of ``step``."""
     shared = data_cfg.get("length_stream", "seed") == "shared"
     plan_rng = (stream_generator(PLAN_STREAM, step) if shared
                 else stream_generator(seed, PLAN_STREAM, step))
@@ -181,26 +204,29 @@ def _batch_plan(task: Task, data_cfg: Mapping[str, Any], seed: int,
     source_len, target_len = task.max_lengths(keys)
     buckets = tuple(data_cfg["buckets"])
     source_width = bucket_length(source_len, buckets)
-    target_width = max(bucket_length(target_len + 1, buckets),
-                       train_target_width(task, tuple(data_cfg["train_lengths"]), buckets,
-                                          source_width))
-    return keys, source_width, target_width
+    target_width, longest = train_bucket_shape(task, tuple(data_cfg["train_lengths"]), buckets,
+                                               source_width)
+    target_width = max(bucket_length(target_len + 1, buckets), target_width)
+    longest = max(longest, source_len + target_len + 1)
+    return keys, (source_width, target_width, joint_width(longest, source_width, target_width))
 
 @functools.lru_cache(maxsize=4096)  # an ensemble asks it for each member's task at each step
-def train_target_width(task: Task, train_lengths: tuple[int, int], buckets: tuple[int, ...],
-                       source_width: int) -> int:
-    """The target width of training batches whose source bucket is ``source_width``: the widest
-    target of any training length whose source fits it (one shape per source bucket)."""
+def train_bucket_shape(task: Task, train_lengths: tuple[int, int], buckets: tuple[int, ...],
+                       source_width: int) -> tuple[int, int]:
+    """(the target width, the longest joint sequence) of training batches whose source bucket
+    is ``source_width``: the widest target, and the most source plus target tokens (EOS
+    included), of any training length whose source fits it (one shape per source bucket)."""
     low, high = check_length_range(train_lengths)
-    natural = {}
+    fitting = []
     for n in range(low, high + 1):
         source, target = task.train_widest([n])
-        if source or target:  # a dataset task may hold no example of this length
-            natural[n] = (bucket_length(source, buckets), bucket_length(target + 1, buckets))
-    return max((t for s, t in natural.values() if s <= source_width), default=0)
+        if (source or target) and bucket_length(source, buckets) <= source_width:
+            # a dataset task may hold no example of this length
+            fitting.append((bucket_length(target + 1, buckets), source + target + 1))
+    return (max((t for t, _ in fitting), default=0), max((j for _, j in fitting), default=0))
 
-def train_shapes(task: Task, data_cfg: Mapping[str, Any]) -> set[tuple[int, int]]:
-    """Every (source width, target width) a training batch of ``data_cfg`` can be padded to."""
+def train_shapes(task: Task, data_cfg: Mapping[str, Any]) -> set[tuple[int, int, int]]:
+    """Every (source, target, joint) width a training batch of ``data_cfg`` can be padded to."""
     lengths, buckets = tuple(data_cfg["train_lengths"]), tuple(data_cfg["buckets"])
     low, high = check_length_range(lengths)
     shapes = set()
@@ -208,9 +234,11 @@ def train_shapes(task: Task, data_cfg: Mapping[str, Any]) -> set[tuple[int, int]
         source, target = task.train_widest([n])
         if source or target:
             source_width = bucket_length(source, buckets)
-            shapes.add((source_width,
-                        max(bucket_length(target + 1, buckets),
-                            train_target_width(task, lengths, buckets, source_width))))
+            target_width, longest = train_bucket_shape(task, lengths, buckets, source_width)
+            target_width = max(bucket_length(target + 1, buckets), target_width)
+            shapes.add((source_width, target_width,
+                        joint_width(max(longest, source + target + 1), source_width,
+                                    target_width)))
     return shapes
 
 def _next_power_of_two(n: int) -> int:

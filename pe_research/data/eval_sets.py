@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from pe_research.core.atomic_files import atomic_write_text
 from pe_research.core.errors import ConfigError, check_divisible
-from pe_research.data.batches import Batch, bucket_length, make_batch
+from pe_research.data.batches import Batch, bucket_length, joint_width, make_batch
 from pe_research.tasks.base import Examples, Task
 from pe_research.tasks.dataset_task import Ragged, quiet_datasets
 
@@ -69,14 +69,20 @@ def eval_lengths_of(dataset: datasets.Dataset) -> list[int]:
     return sorted({int(n) for n in np.asarray(dataset.with_format("arrow")["length"])})
 
 def one_shape_per_source_bucket(
-        widths: Mapping[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
-    """Each entry's ``(source, target)`` bucket widths, the target widened to the widest target
-    of any entry whose source is no wider: then the source bucket alone fixes the shape, and a
-    range of lengths compiles at most once per bucket instead of once per bucket pair. Entries
-    without a source (language modelling) keep their own target bucket, which alone fixes it."""
-    return {key: (source, target if source == 0 else
-                  max(t for s, t in widths.values() if 0 < s <= source))
-            for key, (source, target) in widths.items()}
+        widths: Mapping[int, tuple[int, int, int]]) -> dict[int, tuple[int, int, int]]:
+    """Each entry's ``(source, target)`` bucket widths and its longest joint sequence (source
+    plus target tokens, EOS included) -> ``(source, target, joint)`` widths: the target widened
+    to the widest target, and the joint width (``batches.joint_width``) to the longest joint
+    sequence, of any entry whose source is no wider. Then the source bucket alone fixes the
+    shape, and a range of lengths compiles at most once per bucket instead of once per bucket
+    pair. Entries without a source (language modelling) keep their own, which alone fixes it."""
+    shapes = {}
+    for key, (source, target, longest) in widths.items():
+        if source:
+            fitting = [(t, j) for s, t, j in widths.values() if 0 < s <= source]
+            target, longest = max(t for t, _ in fitting), max(j for _, j in fitting)
+        shapes[key] = (source, target, joint_width(longest, source, target))
+    return shapes
 
 Columns = tuple[np.ndarray, Ragged, Ragged, dict[str, tuple[Ragged, Ragged]]]
 # Each open set's columns, kept as long as its Dataset object: a program evaluating M members
@@ -120,20 +126,22 @@ def eval_batch_rows(dataset: datasets.Dataset, lengths: Sequence[int], batch_siz
     return min(batch_size, -(-most // multiple) * multiple)
 
 def eval_widths(dataset: datasets.Dataset, lengths: Sequence[int],
-                buckets: Sequence[int]) -> dict[int, tuple[int, int]]:
-    """Padded ``(source, target)`` widths of each length's eval batches, one shape per source
-    bucket (``one_shape_per_source_bucket``)."""
+                buckets: Sequence[int]) -> dict[int, tuple[int, int, int]]:
+    """Padded ``(source, target, joint)`` widths of each length's eval batches, one shape per
+    source bucket (``one_shape_per_source_bucket``)."""
     natural = {}
     all_lengths, source, target = _columns(dataset)
     for length in lengths:
         rows = _rows_of(all_lengths, length, dataset)
-        natural[int(length)] = (bucket_length(int(source.lengths[rows].max()), buckets),
-                                bucket_length(int(target.lengths[rows].max()) + 1, buckets))
+        natural[int(length)] = (
+            bucket_length(int(source.lengths[rows].max()), buckets),
+            bucket_length(int(target.lengths[rows].max()) + 1, buckets),
+            int((source.lengths[rows] + target.lengths[rows]).max()) + 1)
     return one_shape_per_source_bucket(natural)
 
 def eval_batches(dataset: datasets.Dataset, length: int, batch_size: int, buckets: Sequence[int],
                  process_index: int = 0, process_count: int = 1,
-                 widths: tuple[int, int] | None = None) -> Iterator[Batch]:
+                 widths: tuple[int, int, int] | None = None) -> Iterator[Batch]:
     """Batches of the examples of one length, padded to ``widths`` (default: ``eval_widths``
     of this length alone).
 
@@ -143,7 +151,7 @@ def eval_batches(dataset: datasets.Dataset, length: int, batch_size: int, bucket
     all_lengths, source, target = _columns(dataset)
     rows = _rows_of(all_lengths, length, dataset)
     check_divisible("eval.batch_size", batch_size, process_count, "process count")
-    source_width, target_width = widths or eval_widths(dataset, [length], buckets)[length]
+    source_width, target_width, joint = widths or eval_widths(dataset, [length], buckets)[length]
     local = batch_size // process_count
     for start in range(0, rows.size, batch_size):
         chunk = rows[start:start + batch_size][process_index * local:(process_index + 1) * local]
@@ -152,7 +160,7 @@ def eval_batches(dataset: datasets.Dataset, length: int, batch_size: int, bucket
         examples = Examples(source.padded(chunk, source_width), source.lengths[chunk],
                             target.padded(chunk, target_width), target.lengths[chunk],
                             np.full(chunk.size, length, np.int32), positions)
-        yield _pad_rows(make_batch(examples, source_width, target_width), local)
+        yield _pad_rows(make_batch(examples, source_width, target_width, joint), local)
 
 def _examples_table(examples: Examples) -> pa.Table:
     def ragged(matrix: np.ndarray, lengths: np.ndarray) -> pa.ListArray:

@@ -15,20 +15,22 @@ from pe_research.runtime import batch_sharded, check_batch_fits
 from pe_research.tasks.base import Task
 
 
-def pad_to(batch: dict[str, np.ndarray], source_width: int,
-           target_width: int) -> dict[str, np.ndarray]:
-    """A batch padded with masked columns to ``[B, source_width]`` / ``[B, target_width]``
-    (every ``source*`` and ``target*`` key)."""
+def pad_to(batch: dict[str, np.ndarray], source_width: int, target_width: int,
+           joint: int = 0) -> dict[str, np.ndarray]:
+    """A batch padded with masked columns to ``[B, source_width]`` / ``[B, target_width]`` /
+    ``[B, joint]`` (every ``source*``, ``target*`` and ``joint*`` key)."""
     return {key: value[0] for key, value in
-            stack_batches([batch], source_width, target_width).items()}
+            stack_batches([batch], source_width, target_width, joint).items()}
 
 def stack_batches(batches: Sequence[dict[str, np.ndarray]], source_width: int = 0,
-                  target_width: int = 0) -> dict[str, np.ndarray]:
+                  target_width: int = 0, joint: int = 0) -> dict[str, np.ndarray]:
     """``[M, B, ...]``: every member's batch padded to the widest member's widths (or to
-    ``source_width`` / ``target_width`` where wider), with masked zeros; a member whose task
-    supplies no position IDs of a kind another's does gets zeros there."""
+    ``source_width`` / ``target_width`` / ``joint`` where wider), with masked zeros; a member
+    whose task supplies no position IDs of a kind another's does gets zeros there."""
     widths = {"source": max(source_width, *(b["source"].shape[1] for b in batches)),
-              "target": max(target_width, *(b["target_input"].shape[1] for b in batches))}
+              "target": max(target_width, *(b["target_input"].shape[1] for b in batches)),
+              "joint": max([joint, *(b["joint_mask"].shape[1] for b in batches
+                                     if "joint_mask" in b)])}
     stacked: dict[str, np.ndarray] = {}
     for k, batch in enumerate(batches):
         for key, value in batch.items():
@@ -46,9 +48,8 @@ def program_batch(tasks: Sequence[Task], data_blocks: Sequence[tuple[Mapping[str
     widths: ``stack_batches`` of their ``train_batch``, written in one pass."""
     members = [train_examples(task, data_cfg, seed, step)
                for task, (data_cfg, seed) in zip(tasks, data_blocks, strict=True)]
-    return make_batches([examples for examples, _, _ in members],
-                        max(source for _, source, _ in members),
-                        max(target for _, _, target in members))
+    return make_batches([examples for examples, _ in members],
+                        *(max(widths[side] for _, widths in members) for side in range(3)))
 
 def global_batch(local_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
     """Each key -> one ``jax.Array`` over all processes, batch axis sharded on mesh axis 'data'."""

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from pe_research.model.decoding import greedy_decode, slot_choices
-from pe_research.model.inputs import abacus_inputs, member_positions, scored_mask
+from pe_research.model.inputs import abacus_inputs, joint_argument, member_positions, scored_mask
 from pe_research.model.metrics import (
     Outputs,
     example_sums,
@@ -45,7 +45,8 @@ def example_statistics(model: Any, batch: Mapping[str, jax.Array], position_key:
         pe, batch, position_key, False, model.config.architecture, ranges, own_range)
     abacus_ids = abacus_inputs(pe, batch, position_key, training=False)
     logits = model(batch["source"], batch["target_input"], source_positions, target_positions,
-                   batch["source_mask"], batch["target_mask"], abacus_ids=abacus_ids)
+                   batch["source_mask"], batch["target_mask"], abacus_ids=abacus_ids,
+                   **joint_argument(model, batch))
     logits = mask_logits(logits, vocab_size)
     if not decode:  # such tasks have no end token (train.predict_eos False): never scored
         outputs = Outputs(logits, batch["target_output"], scored_mask(batch, predict_eos=False))

@@ -160,7 +160,8 @@ def evaluate_members(runs: Sequence[LoadedRun], lengths: Sequence[int] | None = 
             for member_rows in rows]
 
 
-def stacked_eval_batches(datasets: Sequence[Any], plans: Sequence[Mapping[int, tuple[int, int]]],
+def stacked_eval_batches(datasets: Sequence[Any],
+                         plans: Sequence[Mapping[int, tuple[int, int, int]]],
                          length: int, rows: int,
                          buckets: Sequence[int]) -> Iterator[dict[str, np.ndarray]]:
     """``[M, rows, ...]``: the members' eval batches of ``length`` (member k's of

@@ -103,15 +103,14 @@ def summarize_length(length: int, totals: Mapping[str, float]) -> LengthResult:
 PROGRESS_DELAY_S = 3.0  # a bar only for evaluations a person waits for
 
 
-def check_positions_fit(pe: Mapping[str, Any], widths: Mapping[int, tuple[int, int]],
+def check_positions_fit(pe: Mapping[str, Any], widths: Mapping[int, tuple[int, int, int]],
                         single_stack: bool = False) -> None:
     """ConfigError before compiling if the scheme cannot represent the positions needed (a
-    single-stack model's positions run over source and target together)."""
+    single-stack model's positions run over its joint sequence: source and target together)."""
     max_position, policy = randomize_settings(pe)
     randomized = max_position > 0 and policy == "randomized"
-    for length, (source_width, target_width) in sorted(widths.items()):
-        joint = source_width + target_width if single_stack else max(source_width,
-                                                                     target_width)
+    for length, (source_width, target_width, joint_width) in sorted(widths.items()):
+        joint = joint_width if single_stack else max(source_width, target_width)
         needed = max_position if randomized else joint
         try:
             scheme_class(pe["type"]).check_positions(pe, needed)
@@ -177,8 +176,9 @@ class RangeEvaluator:
         return len(self.compiled_shapes)
 
     def plan(self, dataset: Any, lengths: Sequence[int], batch_size: int,
-             buckets: Sequence[int]) -> dict[int, tuple[int, int]]:
-        """Padded (source, target) widths per length; every check that can fail runs here."""
+             buckets: Sequence[int]) -> dict[int, tuple[int, int, int]]:
+        """Padded (source, target, joint) widths per length; every check that can fail runs
+        here."""
         check_batch_fits("eval.batch_size", batch_size, self.mesh)
         check_divisible("eval.batch_size", batch_size, jax.process_count(), "process count")
         widths = data.eval_widths(dataset, lengths, buckets)

@@ -115,6 +115,14 @@ def member_positions(pe: Mapping[str, Any], batch: Batch, key: jax.Array, traini
     return positions
 
 
+def joint_argument(model: TokenModel, batch: Batch) -> dict[str, jax.Array]:
+    """The batch's joint mask as a single-stack model takes it (its width cuts the packed
+    sequence); nothing for an encoder-decoder, which packs nothing."""
+    if model.config.architecture == "encoder_decoder" or "joint_mask" not in batch:
+        return {}
+    return {"joint_mask_BxW": batch["joint_mask"]}
+
+
 def forward(model: TokenModel, batch: Batch, key: jax.Array, training: bool,
             ranges: Sequence[int] = (), own_range: jax.Array | None = None,
             settings: Mapping[str, jax.Array] | None = None) -> jax.Array:
@@ -133,7 +141,8 @@ def forward(model: TokenModel, batch: Batch, key: jax.Array, training: bool,
                  batch["source_mask"], batch["target_mask"],
                  dropout_key=dropout_key if use_dropout else None,
                  abacus_ids=abacus_inputs(model.config.pe, batch, position_key, training,
-                                          (settings or {}).get("abacus_max_k")))
+                                          (settings or {}).get("abacus_max_k")),
+                 **joint_argument(model, batch))
 
 
 def scored_mask(batch: Batch, predict_eos: bool | jax.Array = True) -> jax.Array:

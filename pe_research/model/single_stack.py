@@ -17,11 +17,14 @@ key lengths (and a causal flag) that cuDNN takes without a mask tensor (model/ma
 the joint positions (``model.inputs.batch_positions``: ``source_positions`` are its first S,
 ``target_positions`` its last T) are one row ``[1, S + T]`` for the whole batch unless drawn
 per example, so every bias scheme computes a batch-1 bias. Row b's target slot j sits at index
-``n_b + j`` (n_b source tokens).
+``n_b + j`` (n_b source tokens). Past the longest row there is padding alone, so the sequence
+is cut to the batch's joint width W (``joint_mask``, ``data/batches.py``: one per source
+bucket, as the target width), and every layer computes W rows, not S + T; a padding slot past
+W reads the last row (never scored).
 
 Only the target slots are scored, so the encoder-only model's last layer computes their T rows
 alone, over every row's keys and values (``EncoderLayer.at_rows``): its attention is
-``[B, H, T, S + T]`` and its feed-forward T rows, where the other layers compute all S + T. The
+``[B, H, T, W]`` and its feed-forward T rows, where the other layers compute all W. The
 decoder-only model keeps every row: cuDNN takes its mask as key lengths and a causal flag,
 which cannot say which keys a part of the rows sees, and a mask tensor instead would cost a
 language model (no source, every row a slot) without saving it anything.
@@ -61,14 +64,16 @@ def pack(source_BxS: jax.Array, second_BxT: jax.Array, count_B: jax.Array,
     return jnp.where(after_BxW < length, moved, jnp.asarray(fill, joined.dtype))
 
 
-def slot_indices(count_B: jax.Array, length: int) -> jax.Array:
-    """``[B, T]``: the indices of the T target-side slots of each packed row (from ``count``)."""
-    return count_B[:, None] + jnp.arange(length)[None, :]
+def slot_indices(count_B: jax.Array, length: int, width: int) -> jax.Array:
+    """``[B, T]``: the indices of the T target-side slots of each packed row (from ``count``)
+    in a joint sequence ``width`` wide; padding slots past its end read its last token."""
+    return jnp.minimum(count_B[:, None] + jnp.arange(length)[None, :], width - 1)
 
 
 def target_slots(x_BxWxD: jax.Array, count_B: jax.Array, length: int) -> jax.Array:
     """``[B, T, D]``: the T target-side slots of each packed row (they start at ``count``)."""
-    return jnp.take_along_axis(x_BxWxD, slot_indices(count_B, length)[:, :, None], axis=1)
+    slots_BxT = slot_indices(count_B, length, x_BxWxD.shape[1])
+    return jnp.take_along_axis(x_BxWxD, slots_BxT[:, :, None], axis=1)
 
 
 def joint_positions(source_positions: jax.Array, target_positions: jax.Array) -> jax.Array:
@@ -128,22 +133,28 @@ class SingleStackTransformer(TokenModel):
     def joint_inputs(self, source_BxS: jax.Array, second_BxT: jax.Array,
                      source_positions_BxS: jax.Array, target_positions_BxT: jax.Array,
                      source_mask_BxS: jax.Array, target_mask_BxT: jax.Array,
+                     joint_mask_BxW: jax.Array | None = None,
                      ) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """Tokens ``[B, S + T]``, positions ``[1 or B, S + T]`` and the real-token mask
-        ``[B, S + T]`` of the packed joint sequence (the positions are given packed)."""
+        """Tokens ``[B, W]``, positions ``[1 or B, W]`` and the real-token mask ``[B, W]`` of
+        the packed joint sequence (the positions are given packed): W is the batch's joint
+        width (``joint_mask``'s: padding alone lies past it), else S + T."""
         count_B = jnp.sum(source_mask_BxS, axis=-1)
-        tokens = pack(source_BxS, second_BxT, count_B, PAD_ID)
-        real = pack(source_mask_BxS.astype(bool), target_mask_BxT.astype(bool), count_B, False)
-        return tokens, joint_positions(source_positions_BxS, target_positions_BxT), real
+        if joint_mask_BxW is None:
+            joint_mask_BxW = pack(source_mask_BxS.astype(bool), target_mask_BxT.astype(bool),
+                                  count_B, False)
+        width = joint_mask_BxW.shape[1]
+        tokens = pack(source_BxS, second_BxT, count_B, PAD_ID)[:, :width]
+        positions = joint_positions(source_positions_BxS, target_positions_BxT)[:, :width]
+        return tokens, positions, joint_mask_BxW.astype(bool)
 
     def joint_abacus_ids(self, abacus_ids: tuple[jax.Array, jax.Array] | None,
-                         source_mask_BxS: jax.Array) -> jax.Array | None:
-        """``[B, S + T]``: the Abacus IDs packed as the tokens are (encoder-only slots: 0)."""
+                         source_mask_BxS: jax.Array, width: int) -> jax.Array | None:
+        """``[B, W]``: the Abacus IDs packed as the tokens are (encoder-only slots: 0)."""
         if abacus_ids is None:
             return None
         source_ids, target_ids = abacus_ids
         target_ids = target_ids if self.causal else jnp.zeros_like(target_ids)
-        return pack(source_ids, target_ids, jnp.sum(source_mask_BxS, axis=-1), 0)
+        return pack(source_ids, target_ids, jnp.sum(source_mask_BxS, axis=-1), 0)[:, :width]
 
     def target_side(self, target_input_BxT: jax.Array) -> jax.Array:
         """What fills the T target slots: the shifted target (decoder-only) or slot tokens."""
@@ -155,15 +166,19 @@ class SingleStackTransformer(TokenModel):
                  source_positions_BxS: jax.Array, target_positions_BxT: jax.Array,
                  source_mask_BxS: jax.Array, target_mask_BxT: jax.Array,
                  dropout_key: jax.Array | None = None,
-                 abacus_ids: tuple[jax.Array, jax.Array] | None = None) -> jax.Array:
+                 abacus_ids: tuple[jax.Array, jax.Array] | None = None,
+                 joint_mask_BxW: jax.Array | None = None) -> jax.Array:
         """Logits ``[B, T, V]`` at the target slots; dropout only when ``dropout_key`` is given;
-        ``abacus_ids``: the source's ``[B, S]`` and the target slots' ``[B, T]``."""
+        ``abacus_ids``: the source's ``[B, S]`` and the target slots' ``[B, T]``;
+        ``joint_mask``: the batch's (``data/batches.py``), whose width W the joint sequence is
+        cut to (default S + T)."""
         tokens, positions, real = self.joint_inputs(
             source_BxS, self.target_side(target_input_BxT), source_positions_BxS,
-            target_positions_BxT, source_mask_BxS, target_mask_BxT)
+            target_positions_BxT, source_mask_BxS, target_mask_BxT, joint_mask_BxW)
         keys = split_key(dropout_key, 1 + len(self.layers))
         x = self.embed_inputs(tokens, positions, keys[0],
-                              self.joint_abacus_ids(abacus_ids, source_mask_BxS))
+                              self.joint_abacus_ids(abacus_ids, source_mask_BxS,
+                                                    tokens.shape[1]))
         visible = packed_mask(real, self.causal)
         layers = list(zip(self.layers, keys[1:], strict=True))
         every_row = layers if self.causal else layers[:-1]
@@ -172,7 +187,7 @@ class SingleStackTransformer(TokenModel):
         count_B, length = jnp.sum(source_mask_BxS, axis=-1), target_input_BxT.shape[1]
         if self.causal:
             return self.logits(target_slots(x, count_B, length))
-        slots_BxT = slot_indices(count_B, length)
+        slots_BxT = slot_indices(count_B, length, tokens.shape[1])
         last, last_key = layers[-1]
         return self.logits(last.at_rows(x, slots_BxT, positions,
                                         packed_mask(real, False, slots_BxT), self.pe, last_key))

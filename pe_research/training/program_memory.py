@@ -63,11 +63,11 @@ def compiled_bytes(compiled: Any) -> int | None:
 def widest_batches(tasks: Sequence[Any], configs: Sequence[Any], per_call: int,
                    sharding: NamedSharding) -> list[dict[str, jax.Array]]:
     """``per_call`` copies of the members' stacked training batch ``[M, B, ...]`` padded to the
-    widest source and target any member's training lengths pad to."""
+    widest source, target and joint widths any member's training lengths pad to."""
     shapes = set().union(*(data.train_shapes(task, config.data.to_dict())
                            for task, config in zip(tasks, configs, strict=True)))
-    source, target = max(s for s, _ in shapes), max(t for _, t in shapes)
-    local = [data.pad_to(data.train_batch(task, config.data, config.seed, 0), source, target)
+    widest = [max(shape[side] for shape in shapes) for side in range(3)]
+    local = [data.pad_to(data.train_batch(task, config.data, config.seed, 0), *widest)
              for task, config in zip(tasks, configs, strict=True)]
     batch = jax.device_put(data.stack_batches(local), sharding)
     return [batch] * per_call
