@@ -1,7 +1,7 @@
 """The packed joint sequence cut to the batch's joint width: a single-stack model gives, for
 every scheme, the logits and gradients it gives over all S + T columns, with less work; the
 data pipeline's joint width holds every row's tokens, is one per source bucket, and is the
-narrower of the rounded longest row and S + T."""
+narrower of the rounded longest row and S + T; a learned table needs rows for it alone."""
 
 from __future__ import annotations
 
@@ -9,18 +9,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import DEFAULT_CONFIG
 from flax import nnx
 from test_architectures import ragged_batch, supported
 from tiny_models import tiny_config, with_task_positions
 
 from pe_research import data
+from pe_research.config import load_config
+from pe_research.core.errors import ConfigError
 from pe_research.model import SingleStackTransformer
 from pe_research.model.inputs import batch_positions
 from pe_research.model.single_stack import pack
 from pe_research.positional import SCHEMES
 from pe_research.tasks import get_task
-
-pytestmark = pytest.mark.battery  # every scheme: make test runs it
 
 
 def cut_batch(batch, width):
@@ -31,6 +32,7 @@ def cut_batch(batch, width):
     return {**batch, "joint_mask": real[:, :width]}
 
 
+@pytest.mark.battery  # every scheme: make test runs it
 @pytest.mark.parametrize("architecture", ["encoder_only", "decoder_only"])
 @pytest.mark.parametrize("scheme", sorted(SCHEMES))
 def test_the_joint_sequence_cut_to_its_longest_row_gives_the_same_logits_and_gradients(
@@ -98,3 +100,19 @@ def test_a_training_batchs_joint_mask_is_its_packed_masks_cut_to_one_width_per_s
                           jnp.sum(batch["source_mask"], -1), False)
             np.testing.assert_array_equal(batch["joint_mask"], packed[:, :widths[2]])
             assert not np.any(np.asarray(packed)[:, widths[2]:])
+
+
+@pytest.mark.parametrize(("max_len", "refused"), [(48, False), (47, True)])
+def test_a_learned_table_needs_rows_for_the_joint_width_not_both_buckets(max_len, refused):
+    """Encoder-only even_pairs up to length 40, buckets (16, 32, 64): its rows are 64 + 16 = 80
+    columns, cut to 48 (42 tokens to a multiple of 8), so 48 learned rows suffice."""
+    overrides = {"model.architecture": "encoder_only", "task.name": "even_pairs",
+                 "data.train_lengths": "1,40", "data.buckets": "16,32,64",
+                 "train.eval_lengths": "40", "eval.lengths": "40", "model.pe.type": "learned",
+                 "model.pe.max_len": max_len}
+    arguments = [f"--config.{key}={value}" for key, value in overrides.items()]
+    if not refused:
+        assert load_config(DEFAULT_CONFIG, arguments).model.pe.max_len == 48
+        return
+    with pytest.raises(ConfigError, match=r"model\.pe\.max_len=47 .*set model\.pe\.max_len >= 48"):
+        load_config(DEFAULT_CONFIG, arguments)

@@ -22,7 +22,13 @@ from pe_research.config.schema import (
     default_task_block,
 )
 from pe_research.core.errors import ConfigError, check_choice
-from pe_research.data import bucket_length, check_data_block, check_data_config, train_shapes
+from pe_research.data import (
+    bucket_length,
+    check_data_block,
+    check_data_config,
+    joint_width,
+    train_shapes,
+)
 from pe_research.model.config import ModelConfig
 from pe_research.model.metrics import get_metric, training_metrics
 from pe_research.positional.abacus import check_abacus_ids, uses_abacus
@@ -212,8 +218,9 @@ def _check_lengths(config: ml_collections.ConfigDict, task: Task) -> None:
     if config.model.architecture == "encoder_decoder":
         longest = max(source, target + 1)  # the target side carries BOS/EOS
         padded = max(source_width, target_width)
-    else:  # one sequence: the source, then the target side
-        longest, padded = source + target + 1, source_width + target_width
+    else:  # one sequence: the source, then the target side, cut to its joint width
+        longest = source + target + 1
+        padded = joint_width(longest, source_width, target_width)
     pe = config.model.pe.to_dict()
     scheme_class(pe["type"]).check_positions(pe, padded)
     check_randomize(pe, longest)
