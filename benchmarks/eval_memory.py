@@ -78,9 +78,8 @@ def main() -> None:
     natural = {}
     for n in lengths:
         source, target = task.widest([n])
-        natural[n] = (data.bucket_length(source, buckets), data.bucket_length(target + 1, buckets),
-                      source + target + 1)
-    planned = data.one_shape_per_source_bucket(natural)
+        natural[n] = (data.bucket_length(source, buckets), target + 1, source + target + 1)
+    planned = data.one_shape_per_source_bucket(natural, buckets)
     shapes = sorted(set(planned.values()))
     model = build_model(config, task.vocabulary.size)
     graphdef, params, rest_state = nnx.split(model, nnx.Param, ...)
@@ -90,8 +89,8 @@ def main() -> None:
     print(f"device: {device.device_kind} ({jax.default_backend()}); {args.config}, lengths "
           f"1..{args.max_length}, eval batch {args.batch_size}, budget {budget:.1f} GB\n")
     print(f"compiled shapes: {len(shapes)} (one per source bucket) instead of "
-          f"{len({widths[:2] for widths in natural.values()})} (one per source and target "
-          "bucket pair)\n")
+          f"{len({(s, data.bucket_length(t, buckets)) for s, t, _ in natural.values()})} (one "
+          "per source and target bucket pair)\n")
     print("| source x target x joint | lengths | rows under budget | estimate (GB) | XLA (GB) at "
           "those rows | XLA (GB) at full batch | compile (s) |")
     print("|---|---|---:|---:|---:|---:|---:|")

@@ -100,7 +100,7 @@ def test_eval_memory_prints_a_row_per_compiled_shape():
                      "--config.model.num_encoder_layers=1", "--config.model.num_decoder_layers=1")
     assert "compiled shapes: 1 (one per source bucket) instead of 2" in out
     rows = [line for line in out.splitlines() if line.startswith(("| 8 x", "| 16 x"))]
-    assert [row.split(" | ")[:3] for row in rows] == [["| 16 x 32 x 32", "1-8", "8"]]
+    assert [row.split(" | ")[:3] for row in rows] == [["| 16 x 24 x 32", "1-8", "8"]]
 
 
 def test_train_speed_prints_a_row_per_steps_per_call_with_one_steps_flops():

@@ -79,13 +79,14 @@ def test_the_joint_sequence_cut_to_its_longest_row_gives_the_same_logits_and_gra
 
 def test_a_training_batchs_joint_mask_is_its_packed_masks_cut_to_one_width_per_source_bucket():
     """Even pairs (n + 1 + EOS joint tokens) and duplicate_string (n + 2n + EOS) over lengths
-    1-40, buckets (16, 32, 64, 128): the joint width is the source bucket's longest training
-    row to a multiple of 8, at most S + T, one per source bucket (as the target width), and
-    each batch's joint mask is its packed source and target masks, cut there."""
+    1-40, buckets (16, 32, 64, 128): the target and joint widths are the source bucket's
+    longest training target and row to a multiple of 8 (the joint at most S + T), one per
+    source bucket, and each batch's joint mask is its packed source and target masks, cut
+    there."""
     cfg = {"batch_size": 8, "train_lengths": (1, 40), "length_sampling": "per_batch",
            "buckets": (16, 32, 64, 128)}
-    golden = {"even_pairs": {(16, 16, 24), (32, 16, 40), (64, 16, 48)},
-              "duplicate_string": {(16, 64, 56), (32, 128, 104), (64, 128, 128)}}
+    golden = {"even_pairs": {(16, 8, 24), (32, 8, 40), (64, 8, 48)},
+              "duplicate_string": {(16, 40, 56), (32, 72, 104), (64, 88, 128)}}
     for name, shapes in golden.items():
         task = get_task({"name": name}, cfg)
         assert data.train_shapes(task, cfg) == shapes

@@ -123,14 +123,17 @@ def test_a_run_must_be_decoder_only_and_not_predict_the_end(corpus):
 
 
 def test_sourceless_lengths_keep_their_own_target_bucket():
-    # (source bucket, target bucket, longest joint sequence) -> (source, target, joint) widths
-    widths = {16: (0, 32, 17), 32: (0, 64, 33), 64: (0, 65, 65)}
-    assert data.one_shape_per_source_bucket(widths) == {16: (0, 32, 24), 32: (0, 64, 40),
-                                                        64: (0, 65, 65)}
+    # (source bucket, longest target, longest joint sequence; EOS included) -> (source,
+    # target, joint) widths: a sourceless target to its own bucket, the joint rounded up to 8
+    buckets = (8, 16, 32, 64, 128)
+    widths = {16: (0, 17, 17), 32: (0, 33, 33), 64: (0, 65, 65)}
+    assert data.one_shape_per_source_bucket(widths, buckets) == {
+        16: (0, 32, 24), 32: (0, 64, 40), 64: (0, 128, 72)}
     assert data.bucket_length(0, (8, 16)) == 0
-    # tasks with a source still share the widest target and joint of their source bucket
-    assert data.one_shape_per_source_bucket({4: (8, 8, 9), 8: (8, 16, 17)}) == {
-        4: (8, 16, 24), 8: (8, 16, 24)}
+    # tasks with a source share the longest target and joint of their source bucket, rounded
+    # up to a multiple of 8 (the joint at most source + target)
+    assert data.one_shape_per_source_bucket({4: (8, 9, 13), 8: (8, 17, 25)}, buckets) == {
+        4: (8, 24, 32), 8: (8, 24, 32)}
 
 
 def test_perplexity_is_e_to_the_mean_cross_entropy():

@@ -28,7 +28,8 @@ BLOCK_DEFAULTS: dict[str, dict[str, Any]] = {
         "length_stream": "seed",  # 'seed': lengths drawn from the run's seed; 'shared': the same
         # for every run (members of a program then share each step's batch shape)
         "batch_size": 32,  # global, over all devices and processes
-        "buckets": (16, 32, 64, 128, 256, 512),  # padded sequence lengths (one compile each)
+        "buckets": (16, 32, 64, 128, 256, 512),  # padded source lengths (one compile each;
+        # the target follows; a task without a source pads its target to them)
         "scan_dir": "",  # local SCAN files (text tasks)
         "eval_samples": 64,  # evaluation examples per length
         "eval_cache_dir": "",  # '' -> <workdir>/eval_data

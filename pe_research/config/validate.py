@@ -24,9 +24,9 @@ from pe_research.config.schema import (
 from pe_research.core.errors import ConfigError, check_choice
 from pe_research.data import (
     bucket_length,
+    bucket_shape,
     check_data_block,
     check_data_config,
-    joint_width,
     train_shapes,
 )
 from pe_research.model.config import ModelConfig
@@ -213,14 +213,14 @@ def _check_lengths(config: ml_collections.ConfigDict, task: Task) -> None:
     check_data_config(task, config.data.to_dict(), lengths)
     low, high = config.data.train_lengths
     source, target = task.widest(range(low, max([high, *lengths]) + 1))
-    source_width = bucket_length(source, config.data.buckets)
-    target_width = bucket_length(target + 1, config.data.buckets)
+    source_width, target_width, joint = bucket_shape(
+        bucket_length(source, config.data.buckets), target + 1, source + target + 1,
+        config.data.buckets)
     if config.model.architecture == "encoder_decoder":
         longest = max(source, target + 1)  # the target side carries BOS/EOS
         padded = max(source_width, target_width)
     else:  # one sequence: the source, then the target side, cut to its joint width
-        longest = source + target + 1
-        padded = joint_width(longest, source_width, target_width)
+        longest, padded = source + target + 1, joint
     pe = config.model.pe.to_dict()
     scheme_class(pe["type"]).check_positions(pe, padded)
     check_randomize(pe, longest)

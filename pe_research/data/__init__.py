@@ -9,6 +9,7 @@ from pe_research.data.batches import (
     BATCH_KEYS,
     Batch,
     bucket_length,
+    bucket_shape,
     check_data_block,
     check_data_config,
     covering_buckets,
@@ -31,7 +32,7 @@ from pe_research.data.eval_sets import (
 from pe_research.data.placement import global_batch, pad_to, program_batch, stack_batches
 
 __all__ = [
-    "BATCH_KEYS", "Batch", "bucket_length", "check_data_block", "check_data_config",
+    "BATCH_KEYS", "Batch", "bucket_length", "bucket_shape", "check_data_block", "check_data_config",
     "covering_buckets", "eval_batch_rows", "eval_batches", "eval_dataset", "eval_fingerprint",
     "eval_lengths_of", "eval_set_path", "eval_widths", "global_batch", "joint_width", "make_batch",
     "one_shape_per_source_bucket", "pad_to", "program_batch", "stack_batches", "train_batch",

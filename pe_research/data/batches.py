@@ -1,7 +1,9 @@
 """Training batches: length sampling, bucket padding, and the checks of ``config.data``.
 
-A Batch is a dict of arrays (B examples, S source and T target positions, both padded up
-to a length bucket so the number of compiled shapes is at most the number of buckets):
+A Batch is a dict of arrays (B examples, S source positions padded up to a length bucket, T
+target positions to the longest target of any length that bucket holds, rounded up to a
+multiple of ``WIDTH_MULTIPLE``, or to its own bucket for a task without a source; so the number
+of compiled shapes is at most the number of buckets):
 
     source        int32 [B, S]  task tokens, padded with PAD_ID (0)
     source_mask   bool  [B, S]  True on real source tokens
@@ -34,7 +36,9 @@ from pe_research.tasks.vocabulary import BOS_ID, EOS_ID, PAD_ID
 Batch = dict[str, np.ndarray]
 BATCH_KEYS = ("source", "source_mask", "target_input", "target_output", "target_mask", "lengths",
               "joint_mask")
-JOINT_MULTIPLE = 8  # a joint width is rounded up to this: narrower than two buckets added
+# A width that follows from the source bucket (the target's, the joint sequence's) is its
+# longest row rounded up to this, not a bucket: the source bucket alone fixes the shape.
+WIDTH_MULTIPLE = 8
 # Random streams: the plan of a global batch is shared by all processes, examples are not.
 PLAN_STREAM, EXAMPLE_STREAM = 0x91A7, 0xE8A3
 LENGTH_STREAMS = ("seed", "shared")
@@ -66,11 +70,25 @@ def covering_buckets(buckets: Sequence[int], width: int) -> tuple[int, ...]:
         widths.add(_next_power_of_two(width))
     return tuple(sorted(widths))
 
+def round_up(n: int) -> int:
+    """``n`` rounded up to a multiple of ``WIDTH_MULTIPLE``."""
+    return -(-int(n) // WIDTH_MULTIPLE) * WIDTH_MULTIPLE
+
 def joint_width(longest: int, source_width: int, target_width: int) -> int:
     """The width of a batch's packed joint sequence whose longest row has ``longest`` tokens
-    (source, then target with EOS): that, rounded up to a multiple of ``JOINT_MULTIPLE``, and
-    at most ``source_width + target_width``."""
-    return min(-(-int(longest) // JOINT_MULTIPLE) * JOINT_MULTIPLE, source_width + target_width)
+    (source, then target with EOS): that, rounded up, and at most ``source_width +
+    target_width``."""
+    return min(round_up(longest), source_width + target_width)
+
+def bucket_shape(source_width: int, longest_target: int, longest: int,
+                 buckets: Sequence[int]) -> tuple[int, int, int]:
+    """The (source, target, joint) widths of batches of source bucket ``source_width`` whose
+    longest target is ``longest_target`` tokens (EOS included) and longest joint row
+    ``longest``: the target rounded up (without a source, where it alone fixes the shape, to
+    its bucket), and the joint width."""
+    target = round_up(longest_target) if source_width else bucket_length(longest_target,
+                                                                          buckets)
+    return source_width, target, joint_width(longest, source_width, target)
 
 def make_batch(examples: Examples, source_width: int, target_width: int,
                joint: int | None = None) -> Batch:
@@ -158,8 +176,8 @@ def check_data_config(task: Task, data_cfg: Mapping[str, Any],
         task.check_lengths(eval_lengths, "eval lengths")
     longest = max([high, *eval_lengths])
     source, target = task.widest(range(low, longest + 1))
-    bucket_length(source, data_cfg["buckets"])
-    bucket_length(target + 1, data_cfg["buckets"])
+    if not bucket_length(source, data_cfg["buckets"]):  # else the source bucket sets the shape
+        bucket_length(target + 1, data_cfg["buckets"])
 
 def train_batch(task: Task, data_cfg: Mapping[str, Any], seed: int, step: int,
                 process_index: int = 0, process_count: int = 1) -> Batch:
@@ -204,25 +222,24 @@ def _batch_plan(task: Task, data_cfg: Mapping[str, Any], seed: int,
     source_len, target_len = task.max_lengths(keys)
     buckets = tuple(data_cfg["buckets"])
     source_width = bucket_length(source_len, buckets)
-    target_width, longest = train_bucket_shape(task, tuple(data_cfg["train_lengths"]), buckets,
-                                               source_width)
-    target_width = max(bucket_length(target_len + 1, buckets), target_width)
-    longest = max(longest, source_len + target_len + 1)
-    return keys, (source_width, target_width, joint_width(longest, source_width, target_width))
+    longest_target, longest = train_bucket_shape(task, tuple(data_cfg["train_lengths"]), buckets,
+                                                 source_width)
+    return keys, bucket_shape(source_width, max(longest_target, target_len + 1),
+                              max(longest, source_len + target_len + 1), buckets)
 
 @functools.lru_cache(maxsize=4096)  # an ensemble asks it for each member's task at each step
 def train_bucket_shape(task: Task, train_lengths: tuple[int, int], buckets: tuple[int, ...],
                        source_width: int) -> tuple[int, int]:
-    """(the target width, the longest joint sequence) of training batches whose source bucket
-    is ``source_width``: the widest target, and the most source plus target tokens (EOS
-    included), of any training length whose source fits it (one shape per source bucket)."""
+    """(the most target tokens, the most source plus target tokens; EOS included) of any
+    training length whose source fits the source bucket ``source_width``: what its batches'
+    shape holds (``bucket_shape``; one shape per source bucket)."""
     low, high = check_length_range(train_lengths)
     fitting = []
     for n in range(low, high + 1):
         source, target = task.train_widest([n])
         if (source or target) and bucket_length(source, buckets) <= source_width:
             # a dataset task may hold no example of this length
-            fitting.append((bucket_length(target + 1, buckets), source + target + 1))
+            fitting.append((target + 1, source + target + 1))
     return (max((t for t, _ in fitting), default=0), max((j for _, j in fitting), default=0))
 
 def train_shapes(task: Task, data_cfg: Mapping[str, Any]) -> set[tuple[int, int, int]]:
@@ -234,11 +251,9 @@ def train_shapes(task: Task, data_cfg: Mapping[str, Any]) -> set[tuple[int, int,
         source, target = task.train_widest([n])
         if source or target:
             source_width = bucket_length(source, buckets)
-            target_width, longest = train_bucket_shape(task, lengths, buckets, source_width)
-            target_width = max(bucket_length(target + 1, buckets), target_width)
-            shapes.add((source_width, target_width,
-                        joint_width(max(longest, source + target + 1), source_width,
-                                    target_width)))
+            longest_target, longest = train_bucket_shape(task, lengths, buckets, source_width)
+            shapes.add(bucket_shape(source_width, max(longest_target, target + 1),
+                                    max(longest, source + target + 1), buckets))
     return shapes
 
 def _next_power_of_two(n: int) -> int:

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from pe_research.core.atomic_files import atomic_write_text
 from pe_research.core.errors import ConfigError, check_divisible
-from pe_research.data.batches import Batch, bucket_length, joint_width, make_batch
+from pe_research.data.batches import Batch, bucket_length, bucket_shape, make_batch
 from pe_research.tasks.base import Examples, Task
 from pe_research.tasks.dataset_task import Ragged, quiet_datasets
 
@@ -68,20 +68,20 @@ def eval_lengths_of(dataset: datasets.Dataset) -> list[int]:
     """The task lengths present in an eval set, ascending."""
     return sorted({int(n) for n in np.asarray(dataset.with_format("arrow")["length"])})
 
-def one_shape_per_source_bucket(
-        widths: Mapping[int, tuple[int, int, int]]) -> dict[int, tuple[int, int, int]]:
-    """Each entry's ``(source, target)`` bucket widths and its longest joint sequence (source
-    plus target tokens, EOS included) -> ``(source, target, joint)`` widths: the target widened
-    to the widest target, and the joint width (``batches.joint_width``) to the longest joint
-    sequence, of any entry whose source is no wider. Then the source bucket alone fixes the
-    shape, and a range of lengths compiles at most once per bucket instead of once per bucket
-    pair. Entries without a source (language modelling) keep their own, which alone fixes it."""
+def one_shape_per_source_bucket(widths: Mapping[int, tuple[int, int, int]],
+                                buckets: Sequence[int]) -> dict[int, tuple[int, int, int]]:
+    """Each entry's source bucket, its longest target and its longest joint sequence (source
+    plus target tokens; EOS included) -> ``(source, target, joint)`` widths
+    (``batches.bucket_shape``) that hold every entry whose source is no wider. Then the source
+    bucket alone fixes the shape, and a range of lengths compiles at most once per bucket
+    instead of once per bucket pair. Entries without a source (language modelling) keep their
+    own, their target bucketed, which alone fixes it."""
     shapes = {}
     for key, (source, target, longest) in widths.items():
         if source:
             fitting = [(t, j) for s, t, j in widths.values() if 0 < s <= source]
             target, longest = max(t for t, _ in fitting), max(j for _, j in fitting)
-        shapes[key] = (source, target, joint_width(longest, source, target))
+        shapes[key] = bucket_shape(source, target, longest, buckets)
     return shapes
 
 Columns = tuple[np.ndarray, Ragged, Ragged, dict[str, tuple[Ragged, Ragged]]]
@@ -135,9 +135,9 @@ def eval_widths(dataset: datasets.Dataset, lengths: Sequence[int],
         rows = _rows_of(all_lengths, length, dataset)
         natural[int(length)] = (
             bucket_length(int(source.lengths[rows].max()), buckets),
-            bucket_length(int(target.lengths[rows].max()) + 1, buckets),
+            int(target.lengths[rows].max()) + 1,
             int((source.lengths[rows] + target.lengths[rows]).max()) + 1)
-    return one_shape_per_source_bucket(natural)
+    return one_shape_per_source_bucket(natural, buckets)
 
 def eval_batches(dataset: datasets.Dataset, length: int, batch_size: int, buckets: Sequence[int],
                  process_index: int = 0, process_count: int = 1,
