@@ -227,9 +227,11 @@ def test_stacked_batches_are_padded_to_the_widest_member():
     narrow = {"source": np.ones((2, 8), np.int32), "source_mask": np.ones((2, 8), bool),
               "target_input": np.ones((2, 8), np.int32),
               "target_output": np.ones((2, 8), np.int32),
-              "target_mask": np.ones((2, 8), bool), "lengths": np.full(2, 7, np.int32)}
+              "target_mask": np.ones((2, 8), bool), "lengths": np.full(2, 7, np.int32),
+              "joint_mask": np.ones((2, 16), bool)}
     wide = {**narrow, **{k: np.ones((2, 16), narrow[k].dtype) for k in
                          ("target_input", "target_output", "target_mask")},
+            "joint_mask": np.ones((2, 24), bool),
             "source_abacus": np.full((2, 8), 3, np.int32),  # a task with position IDs
             "target_abacus": np.ones((2, 16), np.int32)}
     stacked = stack_batches([narrow, wide])
@@ -237,6 +239,7 @@ def test_stacked_batches_are_padded_to_the_widest_member():
     assert stacked["target_mask"].shape == (2, 2, 16)
     assert stacked["target_mask"][0, :, 8:].sum() == 0  # the padding is masked
     assert stacked["target_mask"][1].all()
+    assert stacked["joint_mask"].shape == (2, 2, 24) and stacked["joint_mask"][0, :, 16:].sum() == 0
     assert stacked["source_abacus"].shape == (2, 2, 8) and stacked["target_abacus"].shape == (
         2, 2, 16)
     assert not stacked["source_abacus"][0].any() and (stacked["source_abacus"][1] == 3).all()

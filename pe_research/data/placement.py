@@ -29,8 +29,7 @@ def stack_batches(batches: Sequence[dict[str, np.ndarray]], source_width: int = 
     whose task supplies no position IDs of a kind another's does gets zeros there."""
     widths = {"source": max(source_width, *(b["source"].shape[1] for b in batches)),
               "target": max(target_width, *(b["target_input"].shape[1] for b in batches)),
-              "joint": max([joint, *(b["joint_mask"].shape[1] for b in batches
-                                     if "joint_mask" in b)])}
+              "joint": max(joint, *(b["joint_mask"].shape[1] for b in batches))}
     stacked: dict[str, np.ndarray] = {}
     for k, batch in enumerate(batches):
         for key, value in batch.items():
