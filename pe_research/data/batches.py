@@ -219,13 +219,17 @@ def _batch_plan(task: Task, data_cfg: Mapping[str, Any], seed: int,
                 else stream_generator(seed, PLAN_STREAM, step))
     keys = task.draw_train_keys(plan_rng, int(data_cfg["batch_size"]), data_cfg["train_lengths"],
                                 data_cfg.get("length_sampling", "per_batch"))
-    source_len, target_len = task.max_lengths(keys)
-    buckets = tuple(data_cfg["buckets"])
-    source_width = bucket_length(source_len, buckets)
-    longest_target, longest = train_bucket_shape(task, tuple(data_cfg["train_lengths"]), buckets,
-                                                 source_width)
-    return keys, bucket_shape(source_width, max(longest_target, target_len + 1),
-                              max(longest, source_len + target_len + 1), buckets)
+    return keys, train_shape(task, data_cfg, *task.max_lengths(keys))
+
+def train_shape(task: Task, data_cfg: Mapping[str, Any], source: int,
+                target: int) -> tuple[int, int, int]:
+    """The (source, target, joint) widths of a training batch whose widest row has ``source``
+    and ``target`` tokens (target without EOS): its source bucket's shape, one per bucket."""
+    lengths, buckets = tuple(data_cfg["train_lengths"]), tuple(data_cfg["buckets"])
+    source_width = bucket_length(source, buckets)
+    longest_target, longest = train_bucket_shape(task, lengths, buckets, source_width)
+    return bucket_shape(source_width, max(longest_target, target + 1),
+                        max(longest, source + target + 1), buckets)
 
 @functools.lru_cache(maxsize=4096)  # an ensemble asks it for each member's task at each step
 def train_bucket_shape(task: Task, train_lengths: tuple[int, int], buckets: tuple[int, ...],
@@ -244,17 +248,11 @@ def train_bucket_shape(task: Task, train_lengths: tuple[int, int], buckets: tupl
 
 def train_shapes(task: Task, data_cfg: Mapping[str, Any]) -> set[tuple[int, int, int]]:
     """Every (source, target, joint) width a training batch of ``data_cfg`` can be padded to."""
-    lengths, buckets = tuple(data_cfg["train_lengths"]), tuple(data_cfg["buckets"])
-    low, high = check_length_range(lengths)
-    shapes = set()
-    for n in range(low, high + 1):
-        source, target = task.train_widest([n])
-        if source or target:
-            source_width = bucket_length(source, buckets)
-            longest_target, longest = train_bucket_shape(task, lengths, buckets, source_width)
-            shapes.add(bucket_shape(source_width, max(longest_target, target + 1),
-                                    max(longest, source + target + 1), buckets))
-    return shapes
+    low, high = check_length_range(data_cfg["train_lengths"])
+    widest = [task.train_widest([n]) for n in range(low, high + 1)]
+    # a dataset task may hold no example of a length
+    return {train_shape(task, data_cfg, source, target) for source, target in widest
+            if source or target}
 
 def _next_power_of_two(n: int) -> int:
     return 1 << max(int(n) - 1, 0).bit_length()
