@@ -9,11 +9,18 @@ the last two terms are the logit bias.
 
 Both directions: R is evaluated at the signed distance, so the bidirectional encoder covers
 d in [-L, L) (keys after the query get their own embeddings) and the causal decoder [0, L).
-Instead of a table over every distance (and the "relative shift"), the angle-difference identity
+Instead of a table over every distance (and the "relative shift"), which randomized positions
+would make thousands of rows long, the term is computed exactly for arbitrary (offset, randomized)
+positions in one of two ways, chosen from the shapes at hand (``pair_tensor_pays``):
+- rows sharing their positions (``[1, T]`` and ``[1, S]``: every plain or batch-drawn draw):
+  W_R R(p_i - p_j) once per query-key pair, ``[T, S, H, D]``, then a product over the head size D
+  per row; the pair tensor is the batch's, not each row's;
+- positions per row: the angle-difference identity
     sin(a - b) = sin a cos b - cos a sin b,   cos(a - b) = cos a cos b + sin a sin b
-turns the position term into a dot product between a query-side and a key-side vector, exact for
-arbitrary (offset, randomized) positions. u, v, W_R belong to each layer (not shared), as in the
-randomized-positions benchmark code. Acts in: encoder self and decoder self attention.
+  turns the term into a dot product between a query-side and a key-side vector of width E =
+  d_model per head, E / D times the multiply-adds of the content product.
+u, v, W_R belong to each layer (not shared), as in the randomized-positions benchmark code. Acts
+in: encoder self and decoder self attention.
 
 As in the authors' code (kimiyoung/transformer-xl, ``mem_transformer.py``: ``rw_head_q = w_head_q
 + r_w_bias``), u enters the query, so the attention kernel's own product computes
@@ -38,7 +45,53 @@ from pe_research.positional.sinusoidal import sinusoidal
 def relative_sinusoid_logits(query_BxTxHxD: jax.Array, w_r_ExHxD: jax.Array,
                              q_positions_BxT: jax.Array, k_positions_BxS: jax.Array,
                              max_wavelength: float = 10_000.0) -> jax.Array:
-    """``query_i . W_R R(p_i - p_j)`` (unscaled) as float32 ``[B, H, T, S]``; R has width E."""
+    """``query_i . W_R R(p_i - p_j)`` (unscaled) as float32 ``[B, H, T, S]``; R has width E.
+
+    Positions of one row each (``[1, T]``, ``[1, S]``) go through the pair tensor where it
+    takes at most half the multiply-adds (``pair_tensor_pays``), any others through the identity."""
+    batch, queries, heads, head_dim = query_BxTxHxD.shape
+    if q_positions_BxT.shape[0] == 1 and k_positions_BxS.shape[0] == 1 and pair_tensor_pays(
+            batch, queries, k_positions_BxS.shape[1], heads, head_dim, w_r_ExHxD.shape[0]):
+        return pair_sinusoid_logits(query_BxTxHxD, w_r_ExHxD, q_positions_BxT[0],
+                                    k_positions_BxS[0], max_wavelength)
+    return identity_sinusoid_logits(query_BxTxHxD, w_r_ExHxD, q_positions_BxT, k_positions_BxS,
+                                    max_wavelength)
+
+
+def pair_tensor_pays(batch: int, queries: int, keys: int, heads: int, head_dim: int,
+                     width: int) -> bool:
+    """Whether the pair tensor (``pair_sinusoid_logits``) takes at most half the multiply-adds
+    of the identity (``identity_sinusoid_logits``) for these shapes: from 20 rows at the table
+    model's T = S = 128, H = D = 8, E = 64."""
+    pairs = queries * keys * heads * head_dim
+    pair_cost = pairs * width + batch * pairs
+    identity_cost = batch * queries * heads * (head_dim * width + keys * width)
+    # half, not merely fewer: its product contracts the narrow head size D over a pair tensor
+    # larger than the cache, where the identity's contracts E (docs/performance.md)
+    return 2 * pair_cost <= identity_cost
+
+
+def pair_sinusoid_logits(query_BxTxHxD: jax.Array, w_r_ExHxD: jax.Array, q_positions_T: jax.Array,
+                         k_positions_S: jax.Array, max_wavelength: float = 10_000.0) -> jax.Array:
+    """``query_i . W_R R(p_i - p_j)`` as float32 ``[B, H, T, S]`` for positions every row shares:
+    the projected sinusoid of each pair's distance ``[T, S, H, D]``, then a product over D."""
+    distances_TxS = q_positions_T[:, None] - k_positions_S[None, :]
+    pair_HxTxDxS = jnp.einsum("tse,ehd->htds",
+                              sinusoidal(distances_TxS, w_r_ExHxD.shape[0], max_wavelength),
+                              w_r_ExHxD)
+    # heads and queries lead both operands, so the product is H x T matrix products [B, D] x
+    # [D, S] whose [H, T, B, S] output moves to [B, H, T, S] in rows of S
+    query_HxTxBxD = query_BxTxHxD.astype(jnp.float32).transpose(2, 1, 0, 3)
+    logits_HxTxBxS = jax.lax.dot_general(query_HxTxBxD, pair_HxTxDxS,
+                                         (((3,), (2,)), ((0, 1), (0, 1))))
+    return logits_HxTxBxS.transpose(2, 0, 1, 3)
+
+
+def identity_sinusoid_logits(query_BxTxHxD: jax.Array, w_r_ExHxD: jax.Array,
+                             q_positions_BxT: jax.Array, k_positions_BxS: jax.Array,
+                             max_wavelength: float = 10_000.0) -> jax.Array:
+    """``query_i . W_R R(p_i - p_j)`` as float32 ``[B, H, T, S]`` for any positions: query- and
+    key-side vectors of width E per head from the angle-difference identity."""
     width = w_r_ExHxD.shape[0]
     # Projection of each query onto every sinusoid channel: [B, T, H, E], E interleaved sin/cos.
     projected = jnp.einsum("bthd,ehd->bthe", query_BxTxHxD.astype(jnp.float32), w_r_ExHxD)
