@@ -1,6 +1,6 @@
 """Scheme cost: train-step time and memory of every registered scheme, relative to NoPE.
 
-    python benchmarks/scheme_cost.py                          # every scheme, lengths 64 and 512
+    python benchmarks/scheme_cost.py          # every scheme copy can feed, lengths 64 and 512
     python benchmarks/scheme_cost.py --schemes rope,fire --lengths 64 --steps 3
     python benchmarks/scheme_cost.py --task addition --schemes learned,position_coupling \
         --lengths 64 [--config.model.pe.abacus=True]
@@ -31,7 +31,8 @@ from flax import nnx
 from step_timing import compile_train_step, memory_gb, run, timed
 
 from pe_research.config import collect_overrides, load_config
-from pe_research.positional import SCHEMES, build_scheme
+from pe_research.positional import SCHEMES, build_scheme, scheme_class
+from pe_research.tasks import get_task
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,6 +58,13 @@ def pair_tensors(jaxpr: jax.extend.core.ClosedJaxpr, length: int, limit: int) ->
 
     visit(jaxpr.jaxpr)
     return found
+
+
+def schemes_for(task_name: str) -> list[str]:
+    """Every registered scheme the task can feed: those reading position IDs it does not supply
+    (position coupling on copy) are left out."""
+    supplied = get_task({"name": task_name}).position_kinds
+    return [name for name in SCHEMES if scheme_class(name).task_positions in (None, *supplied)]
 
 
 def scheme_config(args: argparse.Namespace, overrides: list[str], scheme: str, length: int):
@@ -100,8 +108,9 @@ def measure(config, steps: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=str(REPO / "configs" / "default.py"))
-    parser.add_argument("--schemes", default=",".join(SCHEMES),
-                        help="comma-separated values of model.pe.type (default: all)")
+    parser.add_argument("--schemes", default=None,
+                        help="comma-separated values of model.pe.type (default: every scheme "
+                             "the task supplies the position IDs of)")
     parser.add_argument("--lengths", default="64,512", help="joint sequence lengths")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--layers", type=int, default=2)
@@ -111,7 +120,8 @@ def main() -> None:
                              "the task's position IDs (the same padded shapes)")
     overrides, rest = collect_overrides(sys.argv[1:])
     args = parser.parse_args(rest)
-    schemes = [s for s in args.schemes.split(",") if s]
+    schemes = ([s for s in args.schemes.split(",") if s] if args.schemes is not None
+               else schemes_for(args.task))
     schemes = ["none"] + [s for s in schemes if s != "none"]  # the reference comes first
     lengths = [int(n) for n in args.lengths.split(",") if n]
     # Every config is built (and checked) before the first compile.

@@ -707,6 +707,18 @@ def test_batches_drawn_by_processes_are_the_programs_own(tmp_path):
         workers.close()
 
 
+def test_scheme_costs_default_schemes_are_those_the_task_supplies_the_ids_of():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from scheme_cost import schemes_for
+
+    from pe_research.positional import SCHEMES
+
+    # copy supplies no position IDs, so position coupling (which reads "coupled" IDs) is left
+    # out of the default list; addition supplies them, so its list is every scheme
+    assert schemes_for("copy") == [name for name in SCHEMES if name != "position_coupling"]
+    assert schemes_for("addition") == list(SCHEMES)
+
+
 @pytest.mark.slow
 def test_scheme_cost_flags_the_schemes_that_build_per_pair_vectors():
     out = run_script("benchmarks/scheme_cost.py", "--lengths", "16", "--steps", "1",
