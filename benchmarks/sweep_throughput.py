@@ -74,7 +74,12 @@ from pe_research.evaluation.range_eval import default_lengths
 from pe_research.model import build_model
 from pe_research.runs.restore import LoadedRun
 from pe_research.runtime import data_mesh, replicated
-from pe_research.sweeps.grouping import check_members_per_program, group_points, members_cap
+from pe_research.sweeps.grouping import (
+    check_members_per_program,
+    group_points,
+    in_width_order,
+    members_cap,
+)
 from pe_research.sweeps.report import evaluation_programs
 from pe_research.sweeps.spec import Point, SweepPlan, load_sweep
 from pe_research.tasks import get_task
@@ -106,15 +111,16 @@ def member_counts(text: str) -> list[int]:
 def member_configs(plan: SweepPlan, point: Point, members: int, stack: str) -> list[Any]:
     """``members`` configs of one program: ``point``'s config with seeds 0..M-1 (``seeds``), or
     (``points``) the members of every grid point that stacks with ``point``, in turn from
-    ``point`` on: the program that holds it, as the sweep's grouping fills programs in grid
-    order."""
+    ``point`` on: the program that holds it, as the sweep's grouping fills programs (in the order
+    of their widest training batch, ``in_width_order``)."""
     if stack == "seeds":
         configs = [from_mapping(copy.deepcopy(point.members[0].config)) for _ in range(members)]
         for seed, config in enumerate(configs):
             config.seed = seed
         return configs
     key = program_key(point.members[0].config)
-    stacking = [other for other in plan.points if program_key(other.members[0].config) == key]
+    stacking = [plan.points[index] for index in in_width_order(plan.points, [
+        other.index for other in plan.points if program_key(other.members[0].config) == key])]
     start = [other.index for other in stacking].index(point.index)
     pool = [member.config for other in stacking[start:] + stacking[:start]
             for member in other.members]

@@ -623,7 +623,7 @@ def test_sweep_throughput_skips_the_member_counts_the_device_cannot_hold(tmp_pat
 
 def test_members_of_stacked_points_start_at_the_measured_point(tmp_path):
     """``--stack points --point P`` measures the program that holds P: P's members first, then
-    the points after it that stack, wrapping round to the first."""
+    the points after it that stack (in the grouping's order), wrapping round to the first."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     from sweep_throughput import member_configs
 
@@ -636,6 +636,15 @@ def test_members_of_stacked_points_start_at_the_measured_point(tmp_path):
     assert [(c.task.name, c.seed) for c in configs] == [
         ("reverse_string", 0), ("reverse_string", 1), ("bucket_sort", 0), ("bucket_sort", 1),
         ("copy", 0), ("copy", 1), ("reverse_string", 1_000)]  # ALiBi never: another program
+    # the grouping's order, narrowest training batch first: joint widths 128, 48, 88, 48
+    grid = ('product({"task.name": ["duplicate_string", "even_pairs", "reverse_string", '
+            '"parity_check"]})')
+    plan = load_sweep(write_sweep(tmp_path / "w.py", grid=grid, seeds="(0, 1)",
+                                  **{"data.train_lengths": "(1, 40)",
+                                     "data.buckets": "(16, 32, 64)"}))
+    assert [(c.task.name, c.seed) for c in member_configs(plan, plan.points[1], 5, "points")] \
+        == [("even_pairs", 0), ("even_pairs", 1), ("parity_check", 0), ("parity_check", 1),
+            ("reverse_string", 0)]
 
 
 def test_a_step_is_timed_at_the_widest_of_its_batches_shapes(tmp_path):

@@ -12,6 +12,7 @@ from pe_research.sweeps.grouping import (
     check_members_per_program,
     group_points,
     members_cap,
+    widest_train_batch,
 )
 from pe_research.sweeps.spec import load_sweep
 from pe_research.training.member_checks import check_members, member_shapes
@@ -42,6 +43,23 @@ def test_points_that_differ_in_task_share_programs_up_to_the_cap_and_shapes_neve
         check_members(configs)  # the ensemble accepts the group
         member_shapes(configs, [vocabularies[c.task.name] for c in configs])
         assert len({c.model.d_ff for c in configs}) == 1
+
+
+def test_a_models_points_fill_programs_in_the_order_of_their_widest_batch(tmp_path):
+    grid = ('product({"task.name": ["duplicate_string", "even_pairs", "reverse_string", '
+            '"parity_check"]})')
+    plan = load_sweep(write_sweep(tmp_path / "s.py", grid=grid,
+                                  **{"data.train_lengths": "(1, 40)",
+                                     "data.buckets": "(16, 32, 64)"}))
+    # (joint, source, target) at length 40, EOS included, widths to multiples of 8: the source
+    # bucket 64; answers of 1, 40 and 80 tokens; joint rows of 42, 82 and 122 tokens
+    widths = [widest_train_batch(point.members[0].config) for point in plan.points]
+    assert widths == [(128, 64, 88), (48, 64, 8), (88, 64, 48), (48, 64, 8)]
+    # grid order would stack duplicate_string with even_pairs (every step 128 columns wide)
+    assert group_points(plan.points, [0, 1, 2, 3], 4) == [[0, 2], [1, 3]]
+    assert group_points(plan.points, [0, 1, 2, 3], 6) == [[0], [1, 2, 3]]  # in grid order
+    assert group_points(plan.points, [0, 1, 2, 3], 6, {0: 1, 2: 1, 3: 1}) == [[0, 1, 2, 3]]
+    assert group_points(plan.points, [0, 2, 3], 4) == [[0], [2, 3]]
 
 
 def test_a_point_larger_than_the_cap_keeps_a_program_of_its_own(plan):
