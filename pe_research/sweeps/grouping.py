@@ -90,7 +90,7 @@ def in_width_order(points: Sequence[Point], indices: Sequence[int]) -> list[int]
     narrowest first, grid order among equals."""
     by_index = {point.index: point for point in points}
     built: dict[str, tuple[int, int, int]] = {}  # one task built per task and data setting
-    widths = {}
+    widths: dict[int, tuple[int, int, int]] = {}
     for index in indices:
         config = by_index[index].members[0].config
         setting = json.dumps([config["task"], config["data"]], sort_keys=True, default=str)
