@@ -28,10 +28,39 @@ def code_blocks(text: str, language: str) -> list[str]:
 
 
 def commands(block: str) -> list[list[str]]:
-    """The shell commands of a bash block, continuation lines joined, comments dropped."""
+    """The shell commands of a bash block, continuation lines joined, a quoted string over
+    several lines kept whole (as a shell reads it), comments dropped."""
     joined = re.sub(r"\\\n\s*", " ", block)
-    return [shlex.split(line, comments=True) for line in joined.splitlines()
-            if line.strip() and not line.strip().startswith("#")]
+    found, pending = [], ""
+    for line in joined.splitlines():
+        if not pending and (not line.strip() or line.strip().startswith("#")):
+            continue
+        pending = f"{pending}\n{line}" if pending else line
+        try:
+            found.append(shlex.split(pending, comments=True))
+        except ValueError:  # a quote still open: the command goes on
+            continue
+        pending = ""
+    assert not pending, f"a quote is never closed: {pending}"
+    return found
+
+
+SHELL_OPERATORS = {"&&", "||", ";", "|"}
+
+
+def cli_calls(words: list[str]) -> list[list[str]]:
+    """Every ``pe-research`` call in a command's words: after environment variables, ``srun``,
+    a ``.venv/bin/`` path or ``&&``, and inside a quoted command (``ssh --command='...'``);
+    each up to the next shell operator."""
+    calls = []
+    for index, word in enumerate(words):
+        if Path(word).name == "pe-research":
+            end = next((i for i in range(index, len(words)) if words[i] in SHELL_OPERATORS),
+                       len(words))
+            calls.append(words[index:end])
+        elif "pe-research" in word and re.search(r"\s", word):
+            calls += cli_calls(shlex.split(word.partition("=")[2] or word))
+    return calls
 
 
 def known_keys() -> set[str]:
@@ -63,22 +92,48 @@ def test_the_readme_is_a_map_with_contents():
         assert target[1:] in anchors(README), target
 
 
-def test_every_readme_command_uses_a_real_subcommand_and_config_keys():
-    keys = known_keys()
-    seen = set()
-    for block in code_blocks(README.read_text(), "bash"):
+def checked_calls(document: Path) -> list[list[str]]:
+    """The ``pe-research`` calls of a document's bash blocks, each checked: a real subcommand,
+    real config keys, and a training config that validates with its overrides."""
+    keys, calls = known_keys(), []
+    for block in code_blocks(document.read_text(), "bash"):
         for words in commands(block):
-            if not words or words[0] != "pe-research":
-                continue
-            assert words[1] in COMMANDS, words
-            seen.add(words[1])
-            overrides = [w for w in words if w.startswith("--config.")]
-            for override in overrides:
-                assert override.split("=", 1)[0].removeprefix("--config.") in keys, override
-            if words[1] == "train":  # a whole training config: it must validate
-                config_file = words[words.index("--config") + 1]
-                load_config(REPO / config_file, overrides)
-    assert {"train", "eval", "compare", "sweep", "analyze"} <= seen
+            for call in cli_calls(words):
+                assert call[1] in COMMANDS, call
+                overrides = [w for w in call if w.startswith("--config.")]
+                for override in overrides:
+                    key = override.split("=", 1)[0].removeprefix("--config.")
+                    assert key in keys, f"{document.name}: {override}"
+                if call[1] == "train":  # a whole training config: it must validate
+                    load_config(REPO / call[call.index("--config") + 1], overrides)
+                calls.append(call)
+    return calls
+
+
+def test_the_readme_shows_the_main_subcommands():
+    assert {"train", "eval", "compare", "sweep", "analyze"} <= {
+        call[1] for call in checked_calls(README)}
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_documents_commands_use_real_subcommands_and_config_keys(document):
+    checked_calls(document)
+
+
+def test_calls_are_found_after_variables_launchers_operators_and_inside_quotes():
+    block = ("XLA_FLAGS=--x=8 pe-research train --config configs/default.py \\\n"
+             "  --config.train.steps=5  # a comment\n"
+             "# pe-research nothing\n"
+             "srun .venv/bin/pe-research eval runs/a && pe-research compare 'runs/*'\n"
+             "ssh host --command='\n  cd repo && .venv/bin/pe-research sweep \\\n"
+             "    configs/sweeps/demo.py --jobs 2'\n")
+    calls = [call for words in commands(block) for call in cli_calls(words)]
+    assert calls == [
+        ["pe-research", "train", "--config", "configs/default.py", "--config.train.steps=5"],
+        [".venv/bin/pe-research", "eval", "runs/a"], ["pe-research", "compare", "runs/*"],
+        [".venv/bin/pe-research", "sweep", "configs/sweeps/demo.py", "--jobs", "2"]]
+    with pytest.raises(AssertionError, match="never closed"):
+        commands("pe-research train '--config.x=1\n")
 
 
 def test_the_readmes_python_parses_and_shows_exactly_the_exported_api():
