@@ -59,7 +59,7 @@ def cli_calls(words: list[str]) -> list[list[str]]:
                        len(words))
             calls.append(words[index:end])
         elif "pe-research" in word and re.search(r"\s", word):
-            calls += cli_calls(shlex.split(word.partition("=")[2] or word))
+            calls += cli_calls(shlex.split(re.sub(r"^-[\w-]*=", "", word)))
     return calls
 
 
@@ -126,12 +126,14 @@ def test_calls_are_found_after_variables_launchers_operators_and_inside_quotes()
              "# pe-research nothing\n"
              "srun .venv/bin/pe-research eval runs/a && pe-research compare 'runs/*'\n"
              "ssh host --command='\n  cd repo && .venv/bin/pe-research sweep \\\n"
-             "    configs/sweeps/demo.py --jobs 2'\n")
+             "    configs/sweeps/demo.py --jobs 2'\n"
+             "bash -c 'pe-research eval runs/b --config.eval.lengths=\"(4, 8)\"'\n")
     calls = [call for words in commands(block) for call in cli_calls(words)]
     assert calls == [
         ["pe-research", "train", "--config", "configs/default.py", "--config.train.steps=5"],
         [".venv/bin/pe-research", "eval", "runs/a"], ["pe-research", "compare", "runs/*"],
-        [".venv/bin/pe-research", "sweep", "configs/sweeps/demo.py", "--jobs", "2"]]
+        [".venv/bin/pe-research", "sweep", "configs/sweeps/demo.py", "--jobs", "2"],
+        ["pe-research", "eval", "runs/b", "--config.eval.lengths=(4, 8)"]]
     with pytest.raises(AssertionError, match="never closed"):
         commands("pe-research train '--config.x=1\n")
 
