@@ -1,5 +1,5 @@
-"""The documents a newcomer reads: the README is a map that runs as written, and every link
-between the documents resolves."""
+"""The documents a newcomer reads: the README is a map, every document's ``pe-research``
+commands run as written, and every link between the documents resolves."""
 
 from __future__ import annotations
 
