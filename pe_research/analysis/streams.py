@@ -86,25 +86,33 @@ def residual(block: Any, split: Split, function) -> tuple[Split, Split]:
     return seen, (after if block.pre_norm else split_layer_norm(block.norm, after))
 
 
+def trace_self_attention_layers(layers: Any, default_pe: PositionalScheme, split: Split,
+                                positions_BxT: jax.Array, mask_BxTxT: jax.Array, stack: str,
+                                ) -> tuple[list[AttentionSite], Split]:
+    """Self-attention + feed-forward layers over one sequence: their sites and the split after."""
+    sites = []
+    for index, layer in enumerate(layers):
+        pe = layer.own_pe or default_pe
+
+        def attend(h, layer=layer, pe=pe):
+            return layer.self_attention(h, h, positions_BxT, positions_BxT, mask_BxTxT, pe)
+
+        seen, split = residual(layer.attention_block, split, attend)
+        sites.append(AttentionSite(stack, index, layer.self_attention, pe, seen, positions_BxT,
+                                   mask_BxTxT))
+        _, split = residual(layer.feed_forward_block, split,
+                            lambda h, layer=layer: layer.feed_forward(h, None))
+    return sites, split
+
+
 def trace_encoder(model: Seq2SeqTransformer, source_BxS: jax.Array,
                   source_positions_BxS: jax.Array, source_mask_BxS: jax.Array,
                   ) -> tuple[list[AttentionSite], Split]:
     """Encoder self-attention sites and the encoder output (after the final LN), split."""
-    mask_BxSxS = encoder_self_mask(source_mask_BxS)
-    split = Split(*input_parts(model, source_BxS, source_positions_BxS))
-    sites = []
-    for index, layer in enumerate(model.encoder_layers):
-        pe = layer.own_pe or model.pe
-
-        def attend(h, layer=layer, pe=pe):
-            return layer.self_attention(h, h, source_positions_BxS, source_positions_BxS,
-                                        mask_BxSxS, pe)
-
-        seen, split = residual(layer.attention_block, split, attend)
-        sites.append(AttentionSite("encoder", index, layer.self_attention, pe, seen,
-                                   source_positions_BxS, mask_BxSxS))
-        _, split = residual(layer.feed_forward_block, split,
-                            lambda h, layer=layer: layer.feed_forward(h, None))
+    sites, split = trace_self_attention_layers(
+        model.encoder_layers, model.pe,
+        Split(*input_parts(model, source_BxS, source_positions_BxS)), source_positions_BxS,
+        encoder_self_mask(source_mask_BxS), "encoder")
     if model.encoder_norm is not None:
         split = split_layer_norm(model.encoder_norm, split)
     return sites, split
@@ -113,19 +121,9 @@ def trace_encoder(model: Seq2SeqTransformer, source_BxS: jax.Array,
 def trace_stack(model: TokenModel, tokens_BxW: jax.Array, positions_BxW: jax.Array,
                 mask_BxWxW: jax.Array, stack: str) -> list[AttentionSite]:
     """The self-attention sites of a single-stack model over its joint sequence."""
-    split = Split(*input_parts(model, tokens_BxW, positions_BxW))
-    sites = []
-    for index, layer in enumerate(model.layers):
-        pe = layer.own_pe or model.pe
-
-        def attend(h, layer=layer, pe=pe):
-            return layer.self_attention(h, h, positions_BxW, positions_BxW, mask_BxWxW, pe)
-
-        seen, split = residual(layer.attention_block, split, attend)
-        sites.append(AttentionSite(stack, index, layer.self_attention, pe, seen, positions_BxW,
-                                   mask_BxWxW))
-        _, split = residual(layer.feed_forward_block, split,
-                            lambda h, layer=layer: layer.feed_forward(h, None))
+    sites, _ = trace_self_attention_layers(
+        model.layers, model.pe, Split(*input_parts(model, tokens_BxW, positions_BxW)),
+        positions_BxW, mask_BxWxW, stack)
     return sites
 
 
