@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, chdir_with_corpus
 
 from pe_research.cli.app import COMMANDS
 from pe_research.config import base_config, flat_config, load_config, to_dict
@@ -110,13 +110,22 @@ def checked_calls(document: Path) -> list[list[str]]:
     return calls
 
 
-def test_the_readme_shows_the_main_subcommands():
+@pytest.fixture
+def in_a_checkout_with_the_corpus(tmp_path, monkeypatch):
+    """Where the documents' commands run: the language-model configs read the corpus their
+    documents write first (`pe-research data stdlib --to data/python_stdlib.txt`), which a fresh
+    clone lacks until then."""
+    chdir_with_corpus(tmp_path, monkeypatch)
+
+
+def test_the_readme_shows_the_main_subcommands(in_a_checkout_with_the_corpus):
     assert {"train", "eval", "compare", "sweep", "analyze"} <= {
         call[1] for call in checked_calls(README)}
 
 
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(REPO)))
-def test_every_documents_commands_use_real_subcommands_and_config_keys(document):
+def test_every_documents_commands_use_real_subcommands_and_config_keys(
+        document, in_a_checkout_with_the_corpus):
     checked_calls(document)
 
 
