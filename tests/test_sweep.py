@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import socket
 import subprocess
 from pathlib import Path
 
@@ -91,6 +92,29 @@ def test_progress_written_to_a_file_redraws_when_runs_change_not_on_every_poll(t
     assert states == {"0 done, 0 running, 0 failed, 8 waiting",
                       "1 done, 0 running, 0 failed, 7 waiting"}
     assert sum("runs: " in line for line in lines) <= 4  # one per change, and the last line
+
+
+def test_progress_counts_from_each_runs_checkpoint_and_never_runs_backwards(tmp_path):
+    """A killed worker still reads as alive when the sweep is launched again, with steps logged
+    after its last checkpoint; those are trained again, so the bar counts from the checkpoint."""
+    plan = load_sweep(write_sweep(tmp_path / "s.py"))  # 4 points x 2 seeds x 20 steps
+    sweep_dir = SweepDir(tmp_path / "sweep")
+    write_plan(sweep_dir, plan, "pe-research sweep s.py --workdir sweep", "local")
+    run = RunDir(sweep_dir.root / plan.points[0].name / "seed_0")
+    (run.checkpoints / "10").mkdir(parents=True)
+    run.metrics.write_text('{"step": 5}\n{"step": 15}\n')
+    sweep_dir.write_state(0, {"state": "running", "pid": os.getpid(),
+                              "host": socket.gethostname()})
+    progress = Progress(sweep_dir)
+    progress.tick()
+    assert (progress.bar.total, progress.bar.n) == (8 * 20 - 10, 5)
+    sweep_dir.write_state(0, {"state": "interrupted"})  # read as dead: back to its checkpoint
+    progress.tick()
+    assert progress.bar.n == 5
+    (run.checkpoints / "20").mkdir()
+    progress.tick()
+    assert progress.bar.n == 10
+    progress.close()
 
 
 @pytest.mark.parametrize(("grid", "message"), [

@@ -126,14 +126,18 @@ class Progress:
         done = sum(run["progress"] for run in runs)
         notes = {(note, *names) for note, names in manifest["notes"].items()}
         if self.base is None:  # steps trained before this launch do not count towards speed
-            self.base = done
-            self.bar.reset(total=sum(run["steps"] for run in runs) - done)
+            # From where each run resumes (its checkpoint), not its logged step: a killed
+            # worker may still read as alive here, and the steps it logged after its last
+            # checkpoint are trained again.
+            self.base = sum(min(run["step"], run["steps"]) for run in runs)
+            self.bar.reset(total=sum(run["steps"] for run in runs) - self.base)
             self.noted = notes  # a note of an earlier launch is not news
         for note, *names in sorted(notes - self.noted):
             more = f" (+{counted(len(names) - 1, 'grid point')})" if len(names) > 1 else ""
             self.bar.write(f"{names[0]}{more}: {note}")
         self.noted |= notes
-        self.bar.n = done - self.base
+        # A broken checkpoint falls back to an earlier one: the bar never runs backwards.
+        self.bar.n = min(max(done - self.base, self.bar.n), self.bar.total)
         state = counts(manifest)
         runs_line = (f"runs: {state['done']} done, {state['running']} running, "
                      f"{state['failed']} failed, {state['pending'] + state['interrupted']} waiting")
