@@ -7,7 +7,8 @@ longest training strings decoded wrong. A comparison of undertrained models says
 there. Otherwise the groups are sorted by their mean beyond the training range and split at the
 widest gap between neighbours: the curves part ways when that gap is at least ``part_ways`` and
 the seeds separate the two sides (every seed of every group above the split scores more than
-every seed of every group below it); otherwise the groups are called level. The
+every seed of every group below it); otherwise the groups are called level, unless the seeds
+order some pairs (every seed of one above every seed of the other), which it then names. The
 length named in the sentence is the evaluated length beyond training where the two sides' mean
 curves are furthest apart. A seed below ``learned`` at one training length (its mean still
 reaching it) is named last. Curves measured with test-time settings the runs were not trained
@@ -50,21 +51,32 @@ def seed_lines(summaries: Mapping[str, Mapping[str, Any]], metric: Metric) -> li
     """Markdown lines under a comparison's table: each group's value beyond training per seed,
     and the pairs of groups the seeds order (``seed_order``: every seed of one higher than
     every seed of the other); none when fewer than two groups have two seeds beyond training."""
-    runs = {name: s["ood_runs"] for name, s in summaries.items()
-            if len(s.get("ood_runs") or []) > 1 and not any(map(math.isnan, s["ood_runs"]))}
+    runs = _seeded(summaries)
     if len(runs) < 2:
         return []
     percent = metric.unit == "%"
     seeds = "; ".join(f"{name}: " + ", ".join(f"{100 * v:.1f}" if percent else f"{v:.3g}"
                                              for v in values) for name, values in runs.items())
-    pairs = [(name, [other for other in runs if other != name
-                     and seed_order(runs[name], runs[other]) == "above"]) for name in runs]
-    ordered = [f"{name} higher than {name_list(lower)}" for name, lower in pairs if lower]
+    ordered = [f"{name} higher than {name_list(lower)}" for name, lower in seed_pairs(runs)]
     return [f"OOD per seed ({'%' if percent else metric.label.lower()}, seeds in run order): "
             f"{seeds}.", "",
             "Seeds apart (every seed of one higher than every seed of the other): "
             + ("; ".join(ordered) + "; every other pair overlaps." if ordered
                else "none, every pair overlaps."), ""]
+
+
+def _seeded(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, list[float]]:
+    """Each group's per-seed values beyond training, for the groups with two or more seeds."""
+    return {name: list(s["ood_runs"]) for name, s in summaries.items()
+            if len(s.get("ood_runs") or []) > 1 and not any(map(math.isnan, s["ood_runs"]))}
+
+
+def seed_pairs(runs: Mapping[str, Sequence[float]]) -> list[tuple[str, list[str]]]:
+    """(group, the groups every one of its seeds is above) for each group above at least one,
+    in ``runs``' order (``seed_order``)."""
+    pairs = [(name, [other for other in runs if other != name
+                     and seed_order(runs[name], runs[other]) == "above"]) for name in runs]
+    return [(name, lower) for name, lower in pairs if lower]
 
 
 def name_list(names: Sequence[str]) -> str:
@@ -182,8 +194,18 @@ def _ranking(groups: Mapping[str, Mapping[str, Any]], summaries: Mapping[str, Ma
     if gaps[cut] < part_ways or not separated:
         why = ("the seeds' ranges overlap" if gaps[cut] >= part_ways
                else f"no gap between neighbours is wider than {100 * part_ways:.0f} points")
-        return (f"{everyone}, and beyond {high} they are level: mean {what} over the longer "
-                f"lengths ranges from {100 * ood[-1]:.0f}% to {100 * ood[0]:.0f}%, and {why}.")
+        spread = (f"mean {what} over the longer lengths ranges from {100 * ood[-1]:.0f}% to "
+                  f"{100 * ood[0]:.0f}%, and {why}")
+        # "Level" is the claims table's word for overlapping seeds; where seeds do order some
+        # pairs, the sentence must not call every group level.
+        ordered = seed_pairs({name: runs for name, runs in _seeded(summaries).items()
+                              if name in order})
+        if not ordered:
+            return f"{everyone}, and beyond {high} they are level: {spread}."
+        return (f"{everyone}, and beyond {high} they do not part into two sets: {spread}; "
+                "every seed still puts "
+                + "; ".join(f"{name} above {name_list(lower)}" for name, lower in ordered)
+                + ".")
     longest = max(int(group["lengths"].max()) for group in groups.values())
     at = _widest_length(groups, top, bottom, high)
     top_at = [float(groups[n]["mean"][groups[n]["lengths"] == at][0]) for n in top]
