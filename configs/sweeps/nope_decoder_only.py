@@ -6,9 +6,14 @@ The comparison of "The Impact of Positional Encoding on Length Generalization in
 (length split) x {NoPE, T5, ALiBi, RoPE, learned, sinusoidal} x 3 seeds. Training as in the
 authors' trainer defaults (configs/trainer/default.jsonnet of McGill-NLP/length-generalization:
 50,000 steps, batch 256, learning rate 3e-4, 6 % warm-up, no weight decay) on a T5-base-sized
-decoder (12 layers, d_model 768, 12 heads, d_ff 3072). Differences: the learning rate decays
-by a cosine here (theirs: polynomial), and the synthetic tasks' lengths are ours (training 1-20,
-tests to 40), not their data files. Then:
+decoder (12 layers, d_model 768, 12 heads, d_ff 3072). Each task follows the authors' split
+(`SPLITS`, from their scripts/dataset_builders/make_*_dataset.py): copy and reverse draw tokens
+with replacement from 100 symbols and train on lengths up to 20; addition and single-token sort
+(50 symbols, with replacement) train up to 8; every run is evaluated at every length 1-40.
+Differences: the learning rate decays by a cosine here (theirs: polynomial); examples are drawn
+afresh each step rather than read from their fixed files; their generators start training
+lengths at 4 by default, ours at 1; their prompts are words ("Sort the following list [ ... ]"),
+ours the bare tokens and a separator. Then:
 
     pe-research sweep report runs/nope_table
     pe-research table 'runs/nope_table/*/*' --metric exact_match
@@ -19,11 +24,21 @@ The reduced version for a 2-core CPU is configs/sweeps/nope_decoder_only_cpu.py.
 from pathlib import Path
 
 from pe_research.config import load_config
-from pe_research.sweeps import Sweep, product
+from pe_research.sweeps import Sweep
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = REPO / "configs/default.py"
-TASKS = ("copy", "reverse_string", "addition", "sort", "scan")
+# Per task, the overrides that put it on the authors' split (the split's name in their tables).
+TO_8 = {"data.train_lengths": (1, 8)}
+SPLITS = {
+    "copy": {"task.alphabet_size": 100},  # cmc_tr20_ts40
+    "reverse_string": {"task.alphabet_size": 100},  # mc_tr20_ts40
+    # len_tr8_ts16: each operand's length drawn per pair, numbers at their natural width
+    "addition": {**TO_8, "task.operand_lengths": "per_pair", "task.zero_pad": False},
+    "sort": {**TO_8, "task.alphabet_size": 50, "task.distinct": False},  # len_sngd_tr8_ts16
+    "scan": {},  # len_tr25_ts48: the SCAN length split
+}
+TASKS = tuple(SPLITS)
 SCHEMES = ("none", "t5", "alibi", "rope", "learned", "sinusoidal")
 
 
@@ -55,6 +70,8 @@ def get_config():
 
 
 def sweep():
-    return Sweep(grid=product({"task.name": list(TASKS), "model.pe.type": list(SCHEMES)}),
+    grid = [{"task.name": task, **SPLITS[task], "model.pe.type": scheme}
+            for task in TASKS for scheme in SCHEMES]
+    return Sweep(grid=grid,
                  seeds=(0, 1, 2), slurm={"gpus_per_job": 1, "time_min": 24 * 60},
                  members_per_program="auto")
